@@ -1,0 +1,189 @@
+"""What every segment codec shares: segment descriptions, decode results, Arrow helpers."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Iterator, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from schemas.source import SOURCE_SCHEMA
+
+#: Largest piece of unreadable bytes put in one quarantine row; longer runs are split
+#: into consecutive rows so no single row (or Parquet page) grows without bound.
+MAX_QUARANTINE_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    """One segment file as the driver found it; plain data, shipped to Spark tasks.
+
+    Parameters
+    ----------
+    path : str
+        Path relative to the source root (also the key of the streaming offsets).
+    segment : str
+        File name.
+    topic, partition
+        Parsed from the names; ``None`` when they did not parse.
+    committed_end : int
+        Bytes of the file that the broker declared written; reading stops there.
+    sealed : bool
+        True when no more bytes will be appended: an incomplete record before
+        ``committed_end`` is corrupt, not pending.
+    start_virtual : int or None
+        Queue (virtual) offset of byte 0 of the file, when the meta files give it.
+    file_size : int
+        Size on disk when scanned.
+    problem : str or None
+        Why every record of this file must be quarantined (bad names), or None.
+    whole_file : bool
+        The file has no record framing to use (its name did not parse): quarantine it as
+        raw chunks.
+    """
+
+    path: str
+    segment: str
+    topic: str | None
+    partition: int | None
+    committed_end: int
+    sealed: bool
+    start_virtual: int | None
+    file_size: int
+    file_num: int = -1
+    problem: str | None = None
+    whole_file: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SegmentInfo":
+        return cls(**d)
+
+
+@dataclass
+class ScanResult:
+    """Everything a codec found under a source root."""
+
+    segments: list[SegmentInfo] = field(default_factory=list)
+    #: Files that are not segments and are not read (meta files are not listed here), with why.
+    ignored: dict[str, str] = field(default_factory=dict)
+    #: Remarks on the scan a user should see (missing meta files, ...).
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DecodeResult:
+    """Output of decoding one byte range of a segment."""
+
+    batch: pa.RecordBatch  # SOURCE_SCHEMA rows, messages and quarantined records
+    next_position: int  # where the next read of this segment starts
+    decoded_bytes: int = 0
+    quarantined_bytes: int = 0
+
+
+class SegmentCodec(Protocol):
+    """A broker format, as the Spark data source sees it."""
+
+    #: Name users give in ``format=`` (``nsq-ext``).
+    name: str
+    #: Value of the ``sourceFormat`` column (``nsq_ext``).
+    source_format: str
+
+    def scan(self, root: str) -> ScanResult: ...
+
+    def decode(self, root: str, seg: SegmentInfo, start: int, end: int) -> Iterator[DecodeResult]: ...
+
+    def split_points(self, root: str, seg: SegmentInfo, start: int, end: int, target: int) -> list[int]: ...
+
+
+# --------------------------------------------------------------------------- Arrow helpers
+
+
+def gather_slices(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate ``buf[starts[i]:ends[i]]`` for all i without a Python loop.
+
+    The slices must not overlap and must be in increasing order. Returns ``(offsets, data)``
+    ready for an Arrow binary array: int32 offsets of length ``len(starts) + 1``.
+    """
+    lengths = (ends - starts).astype(np.int64)
+    offsets = np.zeros(len(starts) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    if len(starts) == 0 or offsets[-1] == 0:
+        return offsets, np.zeros(0, dtype=np.uint8)
+    # +1 where a slice starts, -1 where it ends: the running sum marks the bytes to keep.
+    marks = np.zeros(len(buf) + 1, dtype=np.int8)
+    marks[starts] += 1
+    marks[ends] -= 1
+    keep = np.cumsum(marks[:-1], dtype=np.int8).view(np.bool_)
+    return offsets, buf[keep]
+
+
+def binary_array(offsets: np.ndarray, data: np.ndarray, typ: pa.DataType = pa.binary()) -> pa.Array:
+    """Arrow binary/string array from int32 offsets and a uint8 data buffer (no copy)."""
+    n = len(offsets) - 1
+    return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def be_uint(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    """Big-endian unsigned integers of ``width`` bytes at positions ``at`` (vectorised)."""
+    idx = at[:, None] + np.arange(width)
+    raw = np.ascontiguousarray(buf[idx])
+    return raw.view(f">u{width}").reshape(-1).astype(np.uint64 if width == 8 else np.int64)
+
+
+def source_batch(columns: dict[str, pa.Array], n: int) -> pa.RecordBatch:
+    """A SOURCE_SCHEMA batch of ``n`` rows; columns not given are all null."""
+    arrays = []
+    for f in SOURCE_SCHEMA:
+        arr = columns.get(f.name)
+        if arr is None:
+            arr = pa.nulls(n, f.type)
+        elif arr.type != f.type:
+            arr = arr.cast(f.type)
+        arrays.append(arr)
+    return pa.RecordBatch.from_arrays(arrays, schema=SOURCE_SCHEMA)
+
+
+@dataclass
+class QuarantineBuilder:
+    """Collects quarantined records of one segment; built into one SOURCE_SCHEMA batch."""
+
+    source_format: str
+    seg: SegmentInfo
+    positions: list[int] = field(default_factory=list)
+    raws: list[bytes] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    def add(self, position: int, raw: bytes, reason: str) -> None:
+        """Quarantine ``raw`` found at ``position``, split in chunks if it is long."""
+        if len(raw) <= MAX_QUARANTINE_CHUNK:
+            self.positions.append(position)
+            self.raws.append(bytes(raw))
+            self.reasons.append(reason)
+            return
+        for off in range(0, len(raw), MAX_QUARANTINE_CHUNK):
+            self.positions.append(position + off)
+            self.raws.append(bytes(raw[off : off + MAX_QUARANTINE_CHUNK]))
+            self.reasons.append(reason)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(r) for r in self.raws)
+
+    def build(self) -> pa.RecordBatch:
+        n = len(self.positions)
+        return source_batch(
+            {
+                "topic": pa.array([self.seg.topic] * n, pa.string()),
+                "partition": pa.array([self.seg.partition] * n, pa.int32()),
+                "sourceFormat": pa.array([self.source_format] * n, pa.string()),
+                "segment": pa.array([self.seg.segment] * n, pa.string()),
+                "segmentPosition": pa.array(self.positions, pa.int64()),
+                "recordLength": pa.array([len(r) for r in self.raws], pa.int64()),
+                "reason": pa.array(self.reasons, pa.string()),
+                "rawBytes": pa.array(self.raws, pa.binary()),
+            },
+            n,
+        )

@@ -1,0 +1,654 @@
+"""NSQ (youzan) extended-message disk-queue segments -> unified schema (spec: nsq-ext-segment.md).
+
+Layout of one record::
+
+    size:int32be  ts:int64be attempts:uint16be id:uint64be trace:uint64be [ext] body
+    ext := ver:uint8 [len:uint16be data[len]]     # when (attempts & 0xF000) == 0xA000;
+                                                  # len+data only when ver != 0
+
+Framing (the chain of length prefixes) is walked record by record, as it must be; every
+field is then read for all records of a chunk at once with NumPy, and only JSON headers are
+parsed per record (orjson).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from formats.base import (
+    DecodeResult,
+    QuarantineBuilder,
+    ScanResult,
+    SegmentInfo,
+    be_uint,
+    binary_array,
+    gather_slices,
+    source_batch,
+)
+from formats import nsq_layout as L
+from schemas.messages import DEFAULT_PRIORITY
+
+NAME = "nsq-ext"
+SOURCE_FORMAT = "nsq_ext"
+
+HEADER_SIZE = 26  # minValidMsgLength: ts 8 + attempts 2 + id 8 + trace 8
+MAX_POSSIBLE_MSG_SIZE = 1 << 28  # the reader's upper bound for a length prefix
+MAX_ATTEMPTS = 4000
+EXT_FLAG = 0xA000
+NO_EXT_VER, TAG_EXT_VER, JSON_HEADER_EXT_VER = 0, 2, 4
+#: Bytes decoded per step; bounds memory whatever the backlog.
+CHUNK_BYTES = 8 << 20
+
+COMPRESSION_CODECS = {"1": "gzip", "2": "snappy", "3": "lz4"}
+
+_LEN = struct.Struct(">i")
+
+
+# ----------------------------------------------------------------------------- framing
+
+
+@dataclass
+class Framing:
+    """Records found in a buffer: start positions (of the length prefix) and lengths."""
+
+    positions: np.ndarray
+    lengths: np.ndarray  # message bytes, without the 4-byte prefix
+    stop: int  # first position not covered by a complete record
+    #: "end" (range fully framed), "incomplete" (a record runs past the range end),
+    #: or "broken" (a length prefix that no writer produces: framing is lost here).
+    stop_kind: str
+    bad_length: int = 0
+
+
+def frame(buf, start: int, end: int) -> Framing:
+    """Walk the length prefixes of ``buf[start:end]``.
+
+    Examples
+    --------
+    >>> fr = frame(b"\\x00\\x00\\x00\\x01X\\x00\\x00", 0, 7)
+    >>> fr.positions.tolist(), fr.stop, fr.stop_kind
+    ([0], 5, 'incomplete')
+    """
+    positions: list[int] = []
+    lengths: list[int] = []
+    unpack = _LEN.unpack_from
+    pos = start
+    kind, bad = "end", 0
+    while pos < end:
+        if pos + 4 > end:
+            kind = "incomplete"
+            break
+        (n,) = unpack(buf, pos)
+        if n <= 0 or n > MAX_POSSIBLE_MSG_SIZE:
+            kind, bad = "broken", n
+            break
+        if pos + 4 + n > end:
+            kind, bad = "incomplete", n
+            break
+        positions.append(pos)
+        lengths.append(n)
+        pos += 4 + n
+    return Framing(np.asarray(positions, np.int64), np.asarray(lengths, np.int64), pos, kind, bad)
+
+
+def last_boundary(path: str, start: int, end: int) -> tuple[int, str]:
+    """Position after the last complete record in ``[start, end)`` of a file, and why it stopped."""
+    if end <= start:
+        return start, "end"
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        fr = _walk(mm, start, min(end, len(mm)), every=None)
+    return fr[0], fr[1]
+
+
+def _walk(mm, start: int, end: int, every: int | None):
+    """Length-prefix walk without collecting records; optionally a boundary every ``every`` bytes."""
+    unpack = _LEN.unpack_from
+    pos, mark, cuts = start, start, []
+    while pos + 4 <= end:
+        (n,) = unpack(mm, pos)
+        if n <= 0 or n > MAX_POSSIBLE_MSG_SIZE:
+            return pos, "broken", cuts
+        if pos + 4 + n > end:
+            return pos, "incomplete", cuts
+        pos += 4 + n
+        if every is not None and pos - mark >= every and pos < end:
+            cuts.append(pos)
+            mark = pos
+    return pos, ("end" if pos == end else "incomplete"), cuts
+
+
+# ----------------------------------------------------------------------------- headers
+
+_TS_HEADERS = {"bornTimestamp", "startDeliverTime", "expireTime"}
+_INT_HEADERS = {"priority", "durability"}
+_LONG_HEADERS = {"delayTime"}
+_STR_HEADERS = {"bornHost", "searchKey", "traceId", "transactionId", "correlationId", "messageKey"}
+#: OpenMessaging header names that become columns (so they stay out of ``properties``).
+COLUMN_HEADERS = _TS_HEADERS | _INT_HEADERS | _LONG_HEADERS | _STR_HEADERS | {"shardingKey", "keys"}
+#: Client/broker keys that are not user properties (they still appear in ``headers``).
+RESERVED_PREFIXES = ("##", "nsq.")
+
+TRACE_KEY = "##trace_id"
+TAG_KEY = "##client_dispatch_tag"
+COMPRESS_KEY = "nsq.client.compress"
+
+_MAX_MS = 253402300799999  # 9999-12-31T23:59:59.999Z, the largest Spark timestamp
+
+
+class HeaderError(ValueError):
+    """The ext header of a record cannot be accepted; the record is quarantined."""
+
+
+def _as_text(v) -> str:
+    return v if isinstance(v, str) else orjson.dumps(v).decode()
+
+
+def _as_int(v) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str):
+        try:
+            return int(v.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _as_ts_us(v) -> int | None:
+    ms = _as_int(v)
+    if ms is None or not (0 <= ms <= _MAX_MS):
+        return None
+    return ms * 1000
+
+
+def _as_keys(v) -> list[str] | None:
+    if isinstance(v, str):
+        return [k for k in v.split(" ") if k]
+    if isinstance(v, list):
+        return [_as_text(k) for k in v]
+    return None
+
+
+@dataclass
+class HeaderColumns:
+    """Columns filled from one record's JSON header (None = not given)."""
+
+    values: dict
+    properties: dict[str, str]
+    headers: dict[str, str]
+
+
+def parse_header(raw: bytes) -> HeaderColumns:
+    """Map one JSON ext header to unified-schema columns.
+
+    Raises
+    ------
+    HeaderError
+        When the bytes are not a JSON object or ``##trace_id`` is not a decimal uint64 string
+        (the broker rejects both on publish, so such a record is corrupt).
+
+    Examples
+    --------
+    >>> h = parse_header(b'{"##trace_id":"7","priority":9,"app":"x"}')
+    >>> h.values["traceId"], h.values["priority"], h.properties
+    ('7', 9, {'app': 'x'})
+    """
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise HeaderError(f"ext header is not valid JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise HeaderError(f"ext header is JSON but not an object ({type(doc).__name__})")
+    vals: dict = {}
+    trace = doc.get(TRACE_KEY)
+    if trace is not None:
+        if not isinstance(trace, str) or not trace.isdigit() or int(trace) >= 1 << 64:
+            raise HeaderError(f"{TRACE_KEY} must be a decimal uint64 string, got {trace!r}")
+    for k in _TS_HEADERS:
+        if k in doc:
+            vals[k] = _as_ts_us(doc[k])
+    for k in _INT_HEADERS:
+        if k in doc:
+            i = _as_int(doc[k])
+            vals[k] = i if i is not None and -(1 << 31) <= i < (1 << 31) else None
+    for k in _LONG_HEADERS:
+        if k in doc:
+            i = _as_int(doc[k])
+            vals[k] = i if i is not None and -(1 << 63) <= i < (1 << 63) else None
+    for k in _STR_HEADERS:
+        if k in doc:
+            vals[k] = _as_text(doc[k])
+    if "traceId" not in vals and trace is not None:
+        vals["traceId"] = trace
+    if "messageKey" not in vals and "shardingKey" in doc:
+        vals["messageKey"] = _as_text(doc["shardingKey"])
+    if "keys" in doc:
+        vals["keys"] = _as_keys(doc["keys"])
+    tag = doc.get(TAG_KEY)
+    if tag is not None:
+        vals["tags"] = _as_text(tag)
+    codec = doc.get(COMPRESS_KEY)
+    if codec is not None:
+        vals["compression"] = COMPRESSION_CODECS.get(_as_text(codec), f"unknown:{_as_text(codec)}")
+    headers = {k: _as_text(v) for k, v in doc.items()}
+    props = {
+        k: v for k, v in headers.items() if k not in COLUMN_HEADERS and not k.startswith(RESERVED_PREFIXES)
+    }
+    return HeaderColumns(vals, props, headers)
+
+
+def _map_array(dicts: list[dict[str, str]]) -> pa.Array:
+    offsets = np.zeros(len(dicts) + 1, np.int32)
+    keys: list[str] = []
+    items: list[str] = []
+    for i, d in enumerate(dicts):
+        keys.extend(d.keys())
+        items.extend(d.values())
+        offsets[i + 1] = len(keys)
+    return pa.MapArray.from_arrays(pa.array(offsets), pa.array(keys, pa.string()), pa.array(items, pa.string()))
+
+
+# ----------------------------------------------------------------------------- decode
+
+
+@dataclass
+class ChunkDecode:
+    """Decoded records of one chunk, before they become an Arrow batch."""
+
+    batch: pa.RecordBatch | None
+    decoded_bytes: int
+
+
+def decode_chunk(
+    buf: np.ndarray,
+    base: int,
+    fr: Framing,
+    seg: SegmentInfo,
+    store_host: str | None,
+    quarantine: QuarantineBuilder,
+) -> ChunkDecode:
+    """Decode the framed records of ``buf`` (file bytes starting at file position ``base``)."""
+    pos, n = fr.positions, fr.lengths
+    if len(pos) == 0:
+        return ChunkDecode(None, 0)
+    if seg.problem is not None:
+        for p, ln in zip(pos.tolist(), n.tolist()):
+            quarantine.add(base + p, buf[p : p + 4 + ln].tobytes(), seg.problem)
+        return ChunkDecode(None, 0)
+
+    s = pos + 4  # message start
+    rec_end = s + n
+    last = len(buf) - 1
+    ok = n >= HEADER_SIZE
+    reason = np.full(len(pos), None, dtype=object)
+    reason[~ok] = [f"record length {v} is below the {HEADER_SIZE}-byte minimum" for v in n[~ok]]
+
+    # Fixed header, read for every record (indices clipped so short records read in bounds).
+    def at(off: int) -> np.ndarray:
+        return np.minimum(s + off, last)
+
+    ts_ns = be_uint(buf, at(0), 8).astype(np.int64)  # signed int64 on disk
+    raw_attempts = be_uint(buf, at(8), 2)
+    msg_id = be_uint(buf, at(10), 8)
+    trace = be_uint(buf, at(18), 8)
+
+    high = raw_attempts & 0xF000
+    is_ext = high == EXT_FLAG
+    reserved = ok & (raw_attempts > MAX_ATTEMPTS) & (high != 0) & ~is_ext
+    reason[reserved] = [f"attempts field 0x{v:04x} has a reserved high nibble" for v in raw_attempts[reserved]]
+    ok &= ~reserved
+    attempts = np.where(raw_attempts > MAX_ATTEMPTS, raw_attempts & 0x0FFF, raw_attempts)
+
+    ext = ok & is_ext
+    no_ver = ext & (n < HEADER_SIZE + 1)
+    reason[no_ver] = "ext flag set but the record ends before the ext version byte"
+    ok &= ~no_ver
+    ext &= ok
+    ver = np.where(ext, buf[at(HEADER_SIZE)], -1).astype(np.int64)
+    bad_ver = ext & (ver != NO_EXT_VER) & (ver != TAG_EXT_VER) & (ver != JSON_HEADER_EXT_VER)
+    reason[bad_ver] = [f"unknown ext version {v}" for v in ver[bad_ver]]
+    ok &= ~bad_ver
+    has_len = ok & ext & (ver != NO_EXT_VER)
+    short_len = has_len & (n < HEADER_SIZE + 3)
+    reason[short_len] = "record ends inside the ext length field"
+    ok &= ~short_len
+    has_len &= ok
+    ext_len = np.where(has_len, be_uint(buf, at(HEADER_SIZE + 1), 2), 0)
+    past = has_len & (HEADER_SIZE + 3 + ext_len > n)
+    reason[past] = [f"ext length {e} runs past the record end ({r} bytes)" for e, r in zip(ext_len[past], n[past])]
+    ok &= ~past
+    has_len &= ok
+
+    ext_start = s + HEADER_SIZE + 3
+    body_start = np.where(has_len, ext_start + ext_len, np.where(ok & ext, s + HEADER_SIZE + 1, s + HEADER_SIZE))
+
+    # Headers (version 4) and tags (version 2): per record, only where present.
+    vals_by_row: dict[int, HeaderColumns] = {}
+    tags_by_row: dict[int, str | None] = {}
+    for i in np.flatnonzero(has_len).tolist():
+        data = buf[ext_start[i] : ext_start[i] + ext_len[i]].tobytes()
+        if ver[i] == JSON_HEADER_EXT_VER:
+            try:
+                vals_by_row[i] = parse_header(data)
+            except HeaderError as e:
+                reason[i] = str(e)
+                ok[i] = False
+        else:
+            try:
+                tags_by_row[i] = data.decode("utf-8") or None
+            except UnicodeDecodeError:
+                reason[i] = "version-2 tag is not UTF-8"
+                ok[i] = False
+
+    for i in np.flatnonzero(~ok).tolist():
+        p = int(pos[i])
+        quarantine.add(base + p, buf[p : p + 4 + int(n[i])].tobytes(), str(reason[i]))
+
+    rows = np.flatnonzero(ok)
+    m = len(rows)
+    if m == 0:
+        return ChunkDecode(None, 0)
+    body_off, body_data = gather_slices(buf, body_start[rows], rec_end[rows])
+
+    # Columns that come from the header dicts.
+    str_cols = ("bornHost", "searchKey", "traceId", "transactionId", "correlationId", "messageKey", "tags", "compression")
+    col: dict[str, list] = {k: [None] * m for k in str_cols + ("bornTimestamp", "startDeliverTime", "expireTime", "delayTime", "keys")}
+    priority = np.full(m, DEFAULT_PRIORITY, np.int32)
+    durability = np.zeros(m, np.int32)
+    props: list[dict] = [{}] * m
+    heads: list[dict] = [{}] * m
+    for j, i in enumerate(rows.tolist()):
+        h = vals_by_row.get(i)
+        if h is not None:
+            for k, v in h.values.items():
+                if k == "priority":
+                    if v is not None:
+                        priority[j] = v
+                elif k == "durability":
+                    if v is not None:
+                        durability[j] = v
+                else:
+                    col[k][j] = v
+            props[j] = h.properties
+            heads[j] = h.headers
+        elif i in tags_by_row:
+            col["tags"][j] = tags_by_row[i]
+
+    # traceId: header traceId, else ##trace_id (both done above), else the record's trace half.
+    trace_rows = trace[rows]
+    trace_str = pa.array(trace_rows, pa.uint64()).cast(pa.string()).to_pylist()
+    for j, t in enumerate(col["traceId"]):
+        if t is None and trace_rows[j] != 0:
+            col["traceId"][j] = trace_str[j]
+
+    positions = (base + pos[rows]).astype(np.int64)
+    queue_offset = (
+        pa.array(positions + seg.start_virtual, pa.int64())
+        if seg.start_virtual is not None
+        else pa.nulls(m, pa.int64())
+    )
+    ts_type = pa.timestamp("us", tz="UTC")
+    columns = {
+        "topic": pa.array([seg.topic] * m, pa.string()),
+        "partition": pa.array(np.full(m, seg.partition, np.int32)),
+        "sourceFormat": pa.array([SOURCE_FORMAT] * m, pa.string()),
+        "segment": pa.array([seg.segment] * m, pa.string()),
+        "segmentPosition": pa.array(positions),
+        "queueOffset": queue_offset,
+        "messageId": pa.array(msg_id[rows], pa.uint64()).cast(pa.string()),
+        "storeTimestamp": pa.array(ts_ns[rows] // 1000, pa.int64()).cast(ts_type),
+        "storeHost": pa.array([store_host] * m, pa.string()),
+        "priority": pa.array(priority),
+        "durability": pa.array(durability),
+        "deliveryCount": pa.array(attempts[rows].astype(np.int32)),
+        "bornTimestamp": pa.array(col["bornTimestamp"], pa.int64()).cast(ts_type),
+        "startDeliverTime": pa.array(col["startDeliverTime"], pa.int64()).cast(ts_type),
+        "expireTime": pa.array(col["expireTime"], pa.int64()).cast(ts_type),
+        "delayTime": pa.array(col["delayTime"], pa.int64()),
+        "keys": pa.array(col["keys"], pa.list_(pa.string())),
+        "properties": _map_array(props),
+        "headers": _map_array(heads),
+        "body": binary_array(body_off, body_data),
+        "bodySize": pa.array(np.diff(body_off).astype(np.int32)),
+        "recordLength": pa.array((n[rows] + 4).astype(np.int64)),
+    }
+    for k in str_cols:
+        columns[k] = pa.array(col[k], pa.string())
+    return ChunkDecode(source_batch(columns, m), int((n[rows] + 4).sum()))
+
+
+class NsqExtCodec:
+    """The ``nsq-ext`` format: scan a data path of topic folders and decode their segments.
+
+    Parameters
+    ----------
+    store_host : str, optional
+        Value of ``storeHost`` for every row (the segments do not record the broker).
+    chunk_bytes : int
+        Bytes decoded per step.
+    """
+
+    name = NAME
+    source_format = SOURCE_FORMAT
+
+    def __init__(self, store_host: str | None = None, chunk_bytes: int = CHUNK_BYTES):
+        self.store_host = store_host
+        self.chunk_bytes = chunk_bytes
+        # path -> (size walked, boundary found): segments without a writer meta are walked
+        # once, then only their new bytes.
+        self._walked: dict[str, tuple[int, int, str]] = {}
+
+    # ---------------------------------------------------------------- scan (driver side)
+
+    def scan(self, root: str) -> ScanResult:
+        """Find every segment under ``root`` (``<root>/<topic>/<topic>-<part>.diskqueue.N.dat``)."""
+        result = ScanResult()
+        if not os.path.isdir(root):
+            raise FileNotFoundError(f"nsq-ext source path {root!r} is not a directory")
+        for topic_dir in sorted(os.scandir(root), key=lambda e: e.name):
+            if not topic_dir.is_dir():
+                continue
+            self._scan_topic(root, topic_dir.name, result)
+        return result
+
+    def _scan_topic(self, root: str, folder: str, result: ScanResult) -> None:
+        topic_path = os.path.join(root, folder)
+        queues: dict[int, list[tuple[int, os.DirEntry]]] = {}
+        for entry in sorted(os.scandir(topic_path), key=lambda e: e.name):
+            rel = f"{folder}/{entry.name}"
+            if not entry.is_file():
+                continue
+            why = L.classify(entry.name)
+            if why is not None:
+                continue
+            m = L.SEGMENT_RE.match(entry.name)
+            if m is None:
+                if ".diskqueue." in entry.name and entry.name.endswith(".dat"):
+                    size = entry.stat().st_size
+                    result.segments.append(
+                        SegmentInfo(rel, entry.name, None, None, size, True, None, size,
+                                    problem=f"segment file name {entry.name!r} does not parse", whole_file=True)
+                    )
+                else:
+                    result.ignored[rel] = "not an NSQ disk-queue file"
+                continue
+            if m["topic"] != folder:
+                problem = f"queue {m['topic']!r} of file {entry.name!r} does not belong to topic folder {folder!r}"
+                size = entry.stat().st_size
+                result.segments.append(
+                    SegmentInfo(rel, entry.name, folder, int(m["partition"]), size, True, None, size,
+                                file_num=int(m["num"]), problem=problem)
+                )
+                continue
+            queues.setdefault(int(m["partition"]), []).append((int(m["num"]), entry))
+        bad_topic = None if L.TOPIC_RE.match(folder) else f"topic folder name {folder!r} is not a valid NSQ topic name"
+        for partition, files in sorted(queues.items()):
+            self._scan_queue(topic_path, folder, partition, sorted(files), bad_topic, result)
+
+    def _scan_queue(self, topic_path, topic, partition, files, problem, result: ScanResult) -> None:
+        queue = L.queue_name(topic, partition)
+        meta = None
+        meta_path = L.writer_meta_path(topic_path, queue)
+        for candidate in (meta_path, meta_path + ".tmp"):
+            raw = L.read_small(candidate)
+            if raw is None:
+                continue
+            try:
+                meta = L.parse_writer_meta(raw)
+                break
+            except (ValueError, UnicodeDecodeError) as e:
+                result.notes.append(f"{topic}/{os.path.basename(candidate)}: unreadable writer meta ({e})")
+        if meta is None:
+            result.notes.append(
+                f"{topic}/{queue}: no writer meta; reading to the last complete record of each segment"
+            )
+        extra = None
+        raw = L.read_small(os.path.join(topic_path, f"{queue}.diskqueue.meta.extra.dat"))
+        if raw is not None:
+            try:
+                extra = L.parse_extra_meta(raw)
+            except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
+                result.notes.append(f"{topic}/{queue}: unreadable meta.extra.dat, ignored")
+        prev_end_virtual = None
+        last_num = files[-1][0]
+        for num, entry in files:
+            rel = f"{topic}/{entry.name}"
+            size = entry.stat().st_size
+            om = None
+            raw = L.read_small(entry.path + ".offsetmeta.dat")
+            if raw is not None:
+                try:
+                    om = L.parse_offset_meta(raw)
+                except ValueError:
+                    result.notes.append(f"{rel}: unreadable offsetmeta, ignored")
+            start_virtual = None
+            if om is not None:
+                start_virtual = om.start_virtual
+            elif meta is not None and num == meta.file_num:
+                start_virtual = meta.virtual_end - meta.pos
+            elif prev_end_virtual is not None:
+                start_virtual = prev_end_virtual
+            elif extra is not None and extra[0] == num:
+                start_virtual = extra[2] - extra[1]
+            prev_end_virtual = om.end_virtual if om is not None else None
+
+            if meta is not None:
+                if num < meta.file_num:
+                    end, sealed = size, True
+                elif num == meta.file_num:
+                    end, sealed = min(meta.pos, size), False
+                    if size < meta.pos:
+                        result.notes.append(f"{rel}: file is shorter ({size}) than the writer meta says ({meta.pos})")
+                else:
+                    end, sealed = 0, False  # written after the last meta: not committed yet
+            elif num < last_num or om is not None:
+                end, sealed = size, True
+            else:
+                end, sealed = self._complete_end(entry.path, size), False
+            result.segments.append(
+                SegmentInfo(rel, entry.name, topic, partition, end, sealed, start_virtual, size,
+                            file_num=num, problem=problem)
+            )
+
+    def _complete_end(self, path: str, size: int) -> int:
+        """End of the last complete record of a live segment that has no writer meta."""
+        seen = self._walked.get(path)
+        start = seen[1] if seen is not None and seen[0] <= size and seen[2] != "broken" else 0
+        if seen is not None and seen[0] == size:
+            return seen[1]
+        boundary, kind = last_boundary(path, start, size)
+        if kind == "broken":
+            boundary = size  # framing is lost: the decoder quarantines the rest
+        self._walked[path] = (size, boundary, kind)
+        return boundary
+
+    # ---------------------------------------------------------------- planning
+
+    def split_points(self, root: str, seg: SegmentInfo, start: int, end: int, target: int) -> list[int]:
+        """Record boundaries inside ``(start, end)`` about ``target`` bytes apart."""
+        if seg.whole_file or end - start <= target:
+            return []
+        with open(os.path.join(root, seg.path), "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            _, _, cuts = _walk(mm, start, min(end, len(mm)), every=target)
+        return cuts
+
+    # ---------------------------------------------------------------- decode (task side)
+
+    def decode(self, root: str, seg: SegmentInfo, start: int, end: int) -> Iterator[DecodeResult]:
+        """Decode ``[start, end)`` of a segment, ``end`` being a record boundary the scan found.
+
+        Yields one result per chunk. Every byte of the range ends up in a decoded row or a
+        quarantine row: a record that runs past ``end`` or a length prefix no writer
+        produces means the bytes are corrupt, and they are quarantined with the reason.
+        """
+        path = os.path.join(root, seg.path)
+        with open(path, "rb") as f:
+            if seg.whole_file:
+                yield from self._quarantine_file(f, seg, start, end)
+                return
+            pos = start
+            while pos < end:
+                want = min(end - pos, self.chunk_bytes)
+                f.seek(pos)
+                data = f.read(want)
+                if len(data) < want:  # the file shrank under us (rollback/truncation)
+                    end = pos + len(data)
+                    if not data:
+                        break
+                chunk_end = pos + len(data)
+                fr = frame(data, 0, len(data))
+                if fr.stop_kind == "incomplete" and chunk_end < end and len(fr.positions) == 0:
+                    # One record larger than the chunk: read exactly that record.
+                    need = 4 + fr.bad_length
+                    if pos + need <= end:
+                        f.seek(pos)
+                        data = f.read(need)
+                        chunk_end = pos + len(data)
+                        fr = frame(data, 0, len(data))
+                qb = QuarantineBuilder(SOURCE_FORMAT, seg)
+                chunk = decode_chunk(np.frombuffer(data, np.uint8), pos, fr, seg, self.store_host, qb)
+                next_pos = pos + fr.stop
+                if fr.stop_kind == "broken":
+                    f.seek(next_pos)
+                    qb.add(next_pos, f.read(end - next_pos),
+                           f"invalid length prefix {fr.bad_length}: record framing is lost "
+                           "from here to the end of committed data")
+                    next_pos = end
+                elif fr.stop_kind == "incomplete" and (chunk_end == end or len(fr.positions) == 0):
+                    # The range ends on a committed boundary, so a record that runs past it
+                    # (or a cut length prefix) is corrupt, not pending.
+                    f.seek(next_pos)
+                    qb.add(next_pos, f.read(end - next_pos),
+                           f"truncated record: {end - next_pos} bytes before the end of committed data"
+                           + (f", length prefix says {fr.bad_length}" if fr.bad_length else ""))
+                    next_pos = end
+                batches = [b for b in (chunk.batch, qb.build() if qb.positions else None) if b is not None]
+                if batches:
+                    batch = batches[0] if len(batches) == 1 else _concat(batches)
+                    yield DecodeResult(batch, next_pos, chunk.decoded_bytes, qb.nbytes)
+                if next_pos <= pos:  # cannot happen on a boundary end; never spin
+                    raise RuntimeError(f"{seg.path}: decoder made no progress at {pos}")
+                pos = next_pos
+
+    def _quarantine_file(self, f, seg: SegmentInfo, start: int, end: int) -> Iterator[DecodeResult]:
+        f.seek(start)
+        qb = QuarantineBuilder(SOURCE_FORMAT, seg)
+        data = f.read(end - start)
+        if data:
+            qb.add(start, data, seg.problem or "unreadable file")
+            yield DecodeResult(qb.build(), start + len(data), 0, len(data))
+
+
+def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]

@@ -1,0 +1,101 @@
+"""The unified message schema (shared/specs/message-schema.md), column by column.
+
+Groups follow the spec. ``DECODED_SCHEMA`` is what a codec produces from segment bytes;
+``MESSAGE_SCHEMA`` adds lineage (written by the sink) and the columns derived by the
+semantics transforms (null until those run).
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+
+from schemas.tables import TableSpec
+
+TS = pa.timestamp("us", tz="UTC")
+STR_MAP = pa.map_(pa.string(), pa.string())
+
+PLACEMENT = [
+    pa.field("topic", pa.string(), nullable=False),
+    pa.field("partition", pa.int32(), nullable=False),
+    pa.field("sourceFormat", pa.string(), nullable=False),
+    pa.field("segment", pa.string(), nullable=False),
+    pa.field("segmentPosition", pa.int64(), nullable=False),
+    pa.field("queueOffset", pa.int64()),
+    pa.field("physicalOffset", pa.int64()),
+    pa.field("messageId", pa.string(), nullable=False),
+    pa.field("uniqueId", pa.string()),
+]
+
+OPENMESSAGING = [
+    pa.field("bornTimestamp", TS),
+    pa.field("bornHost", pa.string()),
+    pa.field("storeTimestamp", TS, nullable=False),
+    pa.field("storeHost", pa.string()),
+    pa.field("priority", pa.int32(), nullable=False),
+    pa.field("durability", pa.int32(), nullable=False),
+    pa.field("searchKey", pa.string()),
+    pa.field("delayTime", pa.int64()),
+    pa.field("startDeliverTime", TS),
+    pa.field("expireTime", TS),
+    pa.field("traceId", pa.string()),
+    pa.field("compression", pa.string()),
+    pa.field("transactionId", pa.string()),
+    pa.field("deliveryCount", pa.int32(), nullable=False),
+    pa.field("correlationId", pa.string()),
+    pa.field("messageKey", pa.string()),
+]
+
+ROCKETMQ_STYLE = [
+    pa.field("tags", pa.string()),
+    pa.field("keys", pa.list_(pa.string())),
+    pa.field("messageType", pa.string()),
+    pa.field("flag", pa.int32()),
+    pa.field("sysFlag", pa.int32()),
+    pa.field("bodyCrc", pa.int32()),
+]
+
+PAYLOAD = [
+    pa.field("properties", STR_MAP, nullable=False),
+    pa.field("headers", STR_MAP, nullable=False),
+    pa.field("body", pa.binary(), nullable=False),
+    pa.field("bodySize", pa.int32(), nullable=False),
+]
+
+LINEAGE = [
+    pa.field("ingestedAt", TS, nullable=False),
+    pa.field("ingestBatchId", pa.int64(), nullable=False),
+]
+
+DEATH = pa.struct(
+    [
+        pa.field("queue", pa.string()),
+        pa.field("reason", pa.string()),
+        pa.field("count", pa.int64()),
+        pa.field("time", TS),
+        pa.field("exchange", pa.string()),
+        pa.field("routingKeys", pa.list_(pa.string())),
+        pa.field("originalExpiration", pa.string()),
+    ]
+)
+
+DERIVED = [
+    pa.field("deliverAt", TS),
+    pa.field("expireAt", TS),
+    pa.field("state", pa.string()),
+    pa.field("deathHistory", pa.list_(DEATH)),
+]
+
+#: Columns a codec fills from the segment bytes.
+DECODED_SCHEMA = pa.schema(PLACEMENT + OPENMESSAGING + ROCKETMQ_STYLE + PAYLOAD)
+
+#: The ``messages`` table.
+MESSAGE_SCHEMA = pa.schema(PLACEMENT + OPENMESSAGING + ROCKETMQ_STYLE + PAYLOAD + LINEAGE + DERIVED)
+
+#: Priority of a message whose source gives none (OpenMessaging default).
+DEFAULT_PRIORITY = 5
+
+MESSAGES_TABLE = TableSpec(
+    name="messages",
+    schema=MESSAGE_SCHEMA,
+    partition_by=("topic", "partition"),
+    key=("sourceFormat", "topic", "partition", "segment", "segmentPosition"),
+)

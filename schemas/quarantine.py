@@ -1,0 +1,33 @@
+"""The ``quarantine`` table: records that could not be decoded, with their raw bytes."""
+from __future__ import annotations
+
+import pyarrow as pa
+
+from schemas.messages import LINEAGE, TS
+from schemas.tables import TableSpec
+
+#: Location of a quarantined record. ``topic``/``partition`` are null when the
+#: file or folder name itself did not parse.
+QUARANTINE_LOCATION = [
+    pa.field("sourceFormat", pa.string(), nullable=False),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("segment", pa.string(), nullable=False),
+    pa.field("segmentPosition", pa.int64(), nullable=False),
+    pa.field("recordLength", pa.int64(), nullable=False),
+]
+
+QUARANTINE_DETAIL = [
+    pa.field("reason", pa.string(), nullable=False),
+    pa.field("rawBytes", pa.binary(), nullable=False),
+    pa.field("quarantinedAt", TS, nullable=False),
+]
+
+QUARANTINE_SCHEMA = pa.schema(QUARANTINE_LOCATION + QUARANTINE_DETAIL + LINEAGE[1:])
+
+QUARANTINE_TABLE = TableSpec(
+    name="quarantine",
+    schema=QUARANTINE_SCHEMA,
+    partition_by=("sourceFormat",),
+    key=("sourceFormat", "topic", "partition", "segment", "segmentPosition"),
+)
