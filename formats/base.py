@@ -97,6 +97,10 @@ class SegmentCodec(Protocol):
 
     def split_points(self, root: str, seg: SegmentInfo, start: int, end: int, target: int) -> list[int]: ...
 
+    def advance(
+        self, root: str, seg: SegmentInfo, start: int, end: int, max_bytes: int | None, max_records: int | None
+    ) -> tuple[int, int]: ...
+
 
 # --------------------------------------------------------------------------- Arrow helpers
 
@@ -128,7 +132,7 @@ def binary_array(offsets: np.ndarray, data: np.ndarray, typ: pa.DataType = pa.bi
 
 def be_uint(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
     """Big-endian unsigned integers of ``width`` bytes at positions ``at`` (vectorised)."""
-    idx = at[:, None] + np.arange(width)
+    idx = np.minimum(at[:, None] + np.arange(width), len(buf) - 1)  # short records read in bounds; masked later
     raw = np.ascontiguousarray(buf[idx])
     return raw.view(f">u{width}").reshape(-1).astype(np.uint64 if width == 8 else np.int64)
 
@@ -155,22 +159,33 @@ class QuarantineBuilder:
     positions: list[int] = field(default_factory=list)
     raws: list[bytes] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
 
     def add(self, position: int, raw: bytes, reason: str) -> None:
         """Quarantine ``raw`` found at ``position``, split in chunks if it is long."""
         if len(raw) <= MAX_QUARANTINE_CHUNK:
             self.positions.append(position)
             self.raws.append(bytes(raw))
+            self.lengths.append(len(raw))
             self.reasons.append(reason)
             return
         for off in range(0, len(raw), MAX_QUARANTINE_CHUNK):
             self.positions.append(position + off)
-            self.raws.append(bytes(raw[off : off + MAX_QUARANTINE_CHUNK]))
+            piece = bytes(raw[off : off + MAX_QUARANTINE_CHUNK])
+            self.raws.append(piece)
+            self.lengths.append(len(piece))
             self.reasons.append(reason)
+
+    def add_loss(self, position: int, length: int, reason: str) -> None:
+        """Record bytes that can no longer be read (deleted file): no raw bytes, the length kept."""
+        self.positions.append(position)
+        self.raws.append(b"")
+        self.lengths.append(length)
+        self.reasons.append(reason)
 
     @property
     def nbytes(self) -> int:
-        return sum(len(r) for r in self.raws)
+        return sum(self.lengths)
 
     def build(self) -> pa.RecordBatch:
         n = len(self.positions)
@@ -181,7 +196,7 @@ class QuarantineBuilder:
                 "sourceFormat": pa.array([self.source_format] * n, pa.string()),
                 "segment": pa.array([self.seg.segment] * n, pa.string()),
                 "segmentPosition": pa.array(self.positions, pa.int64()),
-                "recordLength": pa.array([len(r) for r in self.raws], pa.int64()),
+                "recordLength": pa.array(self.lengths, pa.int64()),
                 "reason": pa.array(self.reasons, pa.string()),
                 "rawBytes": pa.array(self.raws, pa.binary()),
             },

@@ -583,6 +583,36 @@ class NsqExtCodec:
             _, _, cuts = _walk(mm, start, min(end, len(mm)), every=target)
         return cuts
 
+    def advance(
+        self, root: str, seg: SegmentInfo, start: int, end: int, max_bytes: int | None, max_records: int | None
+    ) -> tuple[int, int]:
+        """How far to read from ``start`` within a byte and record budget: (boundary, records).
+
+        Always moves past at least one record, so a record larger than the budget still goes.
+        """
+        if seg.whole_file:
+            stop = end if max_bytes is None else min(end, start + max(max_bytes, 1))
+            return stop, 0
+        unpack = _LEN.unpack_from
+        with open(os.path.join(root, seg.path), "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            limit = min(end, len(mm))
+            pos, count = start, 0
+            while pos + 4 <= limit:
+                (n,) = unpack(mm, pos)
+                nxt = pos + 4 + n
+                if n <= 0 or n > MAX_POSSIBLE_MSG_SIZE or nxt > limit:
+                    return end, count + 1  # corrupt from here: the decoder quarantines it in one go
+                if count > 0 and (
+                    (max_bytes is not None and nxt - start > max_bytes)
+                    or (max_records is not None and count >= max_records)
+                ):
+                    break
+                pos, count = nxt, count + 1
+            else:
+                if pos < limit:  # a cut length prefix before the committed end: corrupt tail
+                    return end, count + 1
+        return pos, count
+
     # ---------------------------------------------------------------- decode (task side)
 
     def decode(self, root: str, seg: SegmentInfo, start: int, end: int) -> Iterator[DecodeResult]:

@@ -128,8 +128,13 @@ class NsqQueueWriter:
         timestamp_ns: int | None = None,
         attempts: int = 0,
         message_id: int | None = None,
+        ext: bool | None = None,
     ) -> Written:
-        """Append one message; a header makes it ext version 4, a tag version 2, else version 0."""
+        """Append one message; a header makes it ext version 4, a tag version 2, else version 0.
+
+        ``ext=False`` writes a record without the ext flag into an ext topic, as found in
+        topics upgraded to ext after they had data.
+        """
         if header is not None and tag is not None:
             raise ValueError("give a JSON header or a tag, not both")
         version, data = None, b""
@@ -140,7 +145,7 @@ class NsqQueueWriter:
                 trace_id = int(header["##trace_id"]) & ((1 << 64) - 1)
         elif tag is not None:
             version, data = TAG_EXT_VER, tag.encode()
-        elif self.ext:
+        elif self.ext and ext is not False:
             version = NO_EXT_VER
         if message_id is None:
             message_id, self.next_id = self.next_id, self.next_id + 1
@@ -150,7 +155,7 @@ class NsqQueueWriter:
             message_id=message_id,
             trace_id=trace_id,
             attempts=attempts,
-            ext=self.ext,
+            ext=self.ext if ext is None else ext,
             ext_version=version,
             ext_data=data,
         )
@@ -166,6 +171,10 @@ class NsqQueueWriter:
         if self.pos >= self.max_bytes:
             self._roll()
         return written
+
+    def roll(self) -> None:
+        """Close the current segment and continue in the next one (as nsqd does at the size limit)."""
+        self._roll()
 
     def _roll(self) -> None:
         self._file.close()

@@ -1,0 +1,45 @@
+"""The lake's Delta tables: created idempotently and registered in the session's catalog."""
+from __future__ import annotations
+
+import os
+
+from schemas import MESSAGES_TABLE, QUARANTINE_TABLE, TableSpec
+from schemas.spark import to_spark
+from pipelines.settings import Settings
+
+#: Tables of the lake, in the order they are created.
+TABLES: tuple[TableSpec, ...] = (MESSAGES_TABLE, QUARANTINE_TABLE)
+
+
+def ensure_table(spark, settings: Settings, spec: TableSpec) -> str:
+    """Create the Delta table of ``spec`` under the lake root if it is not there; return its path."""
+    from delta.tables import DeltaTable
+
+    path = settings.lake.table_path(spec.name)
+    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(to_spark(spec.schema))
+    if spec.partition_by:
+        builder = builder.partitionedBy(*spec.partition_by)
+    for k, v in spec.properties.items():
+        builder = builder.property(k, v)
+    builder.execute()
+    _register(spark, spec.name, path)
+    return path
+
+
+def _register(spark, name: str, path: str) -> None:
+    spark.sql(f"CREATE TABLE IF NOT EXISTS `{name}` USING DELTA LOCATION '{path}'")
+
+
+def register_tables(spark, settings: Settings) -> list[str]:
+    """Put every table that exists under the lake root in the catalog, so plain SQL names work.
+
+    The catalog is the session's own; the lake folder is the source of truth, so each new
+    session built by the factory sees the same tables without extra steps.
+    """
+    found = []
+    for spec in TABLES:
+        path = settings.lake.table_path(spec.name)
+        if os.path.isdir(os.path.join(path, "_delta_log")):
+            _register(spark, spec.name, path)
+            found.append(spec.name)
+    return found

@@ -1,0 +1,33 @@
+"""Reads what a streaming checkpoint says: query id and the committed source positions."""
+from __future__ import annotations
+
+import json
+import os
+
+
+def query_id(checkpoint: str) -> str | None:
+    """The stable id Spark keeps in ``<checkpoint>/metadata`` (None before the first start)."""
+    try:
+        with open(os.path.join(checkpoint, "metadata")) as f:
+            return json.loads(f.readline())["id"]
+    except FileNotFoundError:
+        return None
+
+
+def _numbered(folder: str) -> list[int]:
+    try:
+        return sorted(int(n) for n in os.listdir(folder) if n.isdigit())
+    except FileNotFoundError:
+        return []
+
+
+def committed_positions(checkpoint: str) -> dict[str, int]:
+    """Byte positions per segment of the last batch the checkpoint marks committed."""
+    committed = _numbered(os.path.join(checkpoint, "commits"))
+    if not committed:
+        return {}
+    with open(os.path.join(checkpoint, "offsets", str(committed[-1]))) as f:
+        lines = f.read().splitlines()
+    # offsets/N: "v1", batch metadata, then one line per source.
+    source = json.loads(lines[2])
+    return {k: int(v) for k, v in source.get("segments", {}).items()}

@@ -1,0 +1,147 @@
+"""``msglake ingest``: segments -> decode -> Delta ``messages`` + ``quarantine``.
+
+The job is a Structured Streaming query over the ``msglake`` source with
+``trigger(availableNow=True)``: it processes what is committed on disk when it starts and
+stops. Its checkpoint remembers the byte position reached in every segment, so a re-run adds
+nothing and bytes appended since are picked up; writes are idempotent Delta appends.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from formats.registry import get_codec
+from pipelines import checkpoint as cp
+from pipelines.catalog import ensure_table
+from pipelines.settings import Settings, SourceSettings
+from pipelines.sinks import DeltaSink, RunCounts
+from schemas import MESSAGES_TABLE, QUARANTINE_TABLE
+
+
+@dataclass
+class IngestSummary:
+    """What one run did, and how every byte on disk is accounted for."""
+
+    source: str
+    batches: int
+    messages: int
+    message_bytes: int
+    quarantined: int
+    quarantined_bytes: int
+    seconds: float
+    read_before: int  # bytes behind the checkpoint's committed positions, before the run
+    read_after: int
+    on_disk: int  # bytes in segment files now
+    pending: int  # bytes on disk not read yet (uncommitted tails, data past the writer meta)
+    lost: int  # committed positions in files that no longer exist (retention)
+    tables: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    ignored: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def balanced(self) -> bool:
+        """This run's decoded + quarantined bytes equal the distance the positions moved."""
+        return self.message_bytes + self.quarantined_bytes == self.read_after - self.read_before
+
+    def lines(self) -> list[str]:
+        rate = self.messages / self.seconds if self.seconds > 0 else 0.0
+        out = [
+            f"source {self.source}: {self.batches} batch(es) in {self.seconds:.1f}s",
+            f"  decoded      {self.messages:>12,} messages  {self.message_bytes:>14,} bytes  ({rate:,.0f} msg/s)",
+            f"  quarantined  {self.quarantined:>12,} records   {self.quarantined_bytes:>14,} bytes",
+            f"  on disk {self.on_disk:,} bytes = read {self.read_after - self.lost:,} + pending {self.pending:,}"
+            + (f"  (plus {self.lost:,} bytes read earlier from files since deleted)" if self.lost else ""),
+            "  every byte of this run is accounted for (decoded + quarantined = bytes read)"
+            if self.balanced
+            else f"  WARNING: decoded + quarantined ({self.message_bytes + self.quarantined_bytes:,}) "
+            f"!= bytes read this run ({self.read_after - self.read_before:,})",
+        ]
+        out += [f"  note: {n}" for n in self.notes]
+        if self.ignored:
+            out.append(f"  {len(self.ignored)} file(s) not read: " + ", ".join(f"{p} ({why})" for p, why in sorted(self.ignored.items())[:5]))
+        return out
+
+
+def source_reader(spark, settings: Settings, src: SourceSettings):
+    """The streaming DataFrame of one configured source."""
+    reader = (
+        spark.readStream.format("msglake")
+        .option("format", src.format)
+        .option("path", os.path.abspath(src.path))
+        .option("maxBytesPerTrigger", src.maxBytesPerTrigger or settings.ingest.maxBytesPerTrigger)
+        .option("splitBytes", settings.ingest.splitBytes)
+    )
+    if src.storeHost:
+        reader = reader.option("storeHost", src.storeHost)
+    return reader.load()
+
+
+def _disk_accounting(src: SourceSettings, positions: dict[str, int]):
+    scan = get_codec(src.format, store_host=src.storeHost).scan(os.path.abspath(src.path))
+    sizes = {s.path: s.file_size for s in scan.segments}
+    on_disk = sum(sizes.values())
+    present = {p: pos for p, pos in positions.items() if p in sizes}
+    lost = sum(pos for p, pos in positions.items() if p not in sizes)
+    pending = on_disk - sum(present.values())
+    return on_disk, pending, lost, scan
+
+
+def ingest(spark, settings: Settings, source: str | None = None) -> IngestSummary:
+    """Run the available-now ingest of one source and return its summary."""
+    src = settings.source(source)
+    if not os.path.isdir(src.path):
+        raise FileNotFoundError(f"sources.{src.name}.path: {os.path.abspath(src.path)} is not a directory")
+    checkpoint = settings.lake.checkpoint_path(f"ingest-{src.name}")
+    tables = {spec.name: ensure_table(spark, settings, spec) for spec in (MESSAGES_TABLE, QUARANTINE_TABLE)}
+    before = cp.committed_positions(checkpoint)
+    counts = RunCounts()
+    sink = _LazySink(src.name, checkpoint, tables, counts)
+    started = time.monotonic()
+    query = (
+        source_reader(spark, settings, src)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .queryName(f"msglake-ingest-{src.name}")
+        .start()
+    )
+    query.awaitTermination()
+    seconds = time.monotonic() - started
+    after = cp.committed_positions(checkpoint)
+    on_disk, pending, lost, scan = _disk_accounting(src, after)
+    return IngestSummary(
+        source=src.name,
+        batches=len(counts.batches),
+        messages=counts.total("messages"),
+        message_bytes=counts.total("message_bytes"),
+        quarantined=counts.total("quarantined"),
+        quarantined_bytes=counts.total("quarantined_bytes"),
+        seconds=seconds,
+        read_before=sum(before.values()),
+        read_after=sum(after.values()),
+        on_disk=on_disk,
+        pending=pending,
+        lost=lost,
+        tables=tables,
+        notes=scan.notes,
+        ignored=scan.ignored,
+    )
+
+
+class _LazySink:
+    """Builds the Delta sink on the first batch, once Spark has written the checkpoint's query id.
+
+    The id goes into ``txnAppId``: a new checkpoint (new query id) must not inherit the
+    transaction versions of an old one, or Delta would skip its first batches as replays.
+    """
+
+    def __init__(self, source: str, checkpoint: str, tables: dict[str, str], counts: RunCounts):
+        self.source, self.checkpoint, self.tables, self.counts = source, checkpoint, tables, counts
+        self._sink: DeltaSink | None = None
+
+    def __call__(self, df, batch_id: int) -> None:
+        if self._sink is None:
+            app_id = f"msglake-ingest:{self.source}:{cp.query_id(self.checkpoint)}"
+            self._sink = DeltaSink(app_id, self.tables[MESSAGES_TABLE.name], self.tables[QUARANTINE_TABLE.name], self.counts)
+        self._sink(df, batch_id)

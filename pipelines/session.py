@@ -1,0 +1,78 @@
+"""The one SparkSession factory: local by default, Delta configured, the msglake source registered."""
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from pathlib import Path
+
+from pipelines.settings import REPO_ROOT, Settings
+
+
+class MissingJarsError(RuntimeError):
+    """The Delta jars are not where the session factory looks for them."""
+
+
+def jars_dir(settings: Settings) -> Path:
+    """Where the Delta jars are: ``spark.jarsDir``, else ``$MSGLAKE_JARS_DIR``, else ``<repo>/.jars``."""
+    chosen = settings.spark.jarsDir or os.environ.get("MSGLAKE_JARS_DIR")
+    return Path(chosen).resolve() if chosen else REPO_ROOT / ".jars"
+
+
+def delta_jars(settings: Settings) -> list[str]:
+    """The jar files to put on ``spark.jars``; fails with how to fetch them when they are missing."""
+    folder = jars_dir(settings)
+    jars = sorted(glob.glob(str(folder / "*.jar")))
+    if not any(os.path.basename(j).startswith("delta-spark_") for j in jars):
+        raise MissingJarsError(
+            f"the Delta Lake jars are not in {folder}. Fetch them once from Maven Central with "
+            f"`make setup` (it runs `mvn -f jars/pom.xml dependency:copy-dependencies "
+            f"-DoutputDirectory={folder}`), or point spark.jarsDir / MSGLAKE_JARS_DIR at a folder "
+            f"that holds io.delta:delta-spark_4.2_2.13 and its dependencies."
+        )
+    return jars
+
+
+def build_session(settings: Settings, app_name: str | None = None, master: str | None = None):
+    """Create (or return the running) SparkSession for ``settings``.
+
+    Delta's SQL extension and catalog are set, the driver is bound to 127.0.0.1, time is
+    UTC, the ``msglake`` data source is registered and the lake's tables are in the catalog.
+    ``spark.conf`` entries of the settings override the defaults set here.
+    """
+    from pyspark.sql import SparkSession
+
+    from pipelines.catalog import register_tables
+    from pipelines.source import MsglakeDataSource
+
+    # The hostname resolves oddly on some machines: keep Spark on loopback unless told otherwise.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers (data source planning and reading) must import msglake's packages:
+    # run them on this interpreter, the one msglake is installed in.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    log4j = REPO_ROOT / "conf" / "log4j2.properties"
+    conf = {
+        "spark.jars": ",".join(delta_jars(settings)),
+        "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{log4j}",
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": "127.0.0.1",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.warehouse.dir": str(Path(settings.lake.root, "_warehouse").resolve()),
+        # Arrow batches from the Python source go straight to the JVM.
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.databricks.delta.schema.autoMerge.enabled": "false",
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    }
+    conf.update({k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in settings.spark.conf.items()})
+    builder = SparkSession.builder.master(master or settings.spark.master).appName(app_name or settings.spark.appName)
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    spark.dataSource.register(MsglakeDataSource)
+    register_tables(spark, settings)
+    return spark

@@ -1,0 +1,155 @@
+"""Typed, validated settings loaded from ``conf/`` YAML.
+
+Every key is checked before any data is read: an unknown key or a wrong type fails with
+the key's path, e.g. ``sources.0.storeHost: Input should be a valid string``.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONF = REPO_ROOT / "conf" / "base" / "msglake.yaml"
+LOCAL_CONF = REPO_ROOT / "conf" / "local" / "msglake.yaml"
+
+FORMATS = ("nsq-ext",)
+
+
+class SettingsError(ValueError):
+    """Configuration that cannot be used; the message names the file and the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class LakeSettings(_Strict):
+    root: str = "lake"
+
+    def table_path(self, name: str) -> str:
+        return str(Path(self.root, name).resolve())
+
+    def checkpoint_path(self, name: str) -> str:
+        return str(Path(self.root, "_checkpoints", name).resolve())
+
+
+ConfValue = str | int | float | bool
+
+
+class SparkSettings(_Strict):
+    master: str = "local[2]"
+    appName: str = "msglake"
+    #: Folder holding the Delta jars; default ``<repo>/.jars`` (filled by ``make setup``).
+    jarsDir: str | None = None
+    conf: dict[str, ConfValue] = Field(default_factory=dict)
+
+
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+class SourceSettings(_Strict):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
+    format: Literal[FORMATS]  # type: ignore[valid-type]
+    path: str
+    storeHost: str | None = None
+    maxBytesPerTrigger: PositiveInt | None = None
+
+    @field_validator("storeHost")
+    @classmethod
+    def _host_port(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^\[?[0-9A-Za-z.:-]+\]?:\d{1,5}$", v):
+            raise ValueError(f"expected host:port, got {v!r}")
+        return v
+
+
+class IngestSettings(_Strict):
+    maxBytesPerTrigger: PositiveInt = 256 << 20
+    splitBytes: PositiveInt = 16 << 20
+
+
+class Settings(_Strict):
+    lake: LakeSettings = Field(default_factory=LakeSettings)
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+    sources: list[SourceSettings] = Field(default_factory=list)
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
+
+    def source(self, name: str | None = None) -> SourceSettings:
+        """The source called ``name``, or the only one when ``name`` is None."""
+        if name is None:
+            if len(self.sources) != 1:
+                names = [s.name for s in self.sources]
+                raise SettingsError(f"sources: give a source name, one of {names}")
+            return self.sources[0]
+        for s in self.sources:
+            if s.name == name:
+                return s
+        raise SettingsError(f"sources: no source named {name!r} (have {[s.name for s in self.sources]})")
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise SettingsError(f"{path}: settings file not found") from None
+    except yaml.YAMLError as e:
+        raise SettingsError(f"{path}: not valid YAML: {e}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise SettingsError(f"{path}: the top level must be a mapping of sections")
+    return doc
+
+
+def from_dict(doc: dict, origin: str = "<settings>") -> Settings:
+    """Validate a settings mapping; errors name every bad key with its path."""
+    try:
+        return Settings.model_validate(doc)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            msg = err["msg"]
+            if err["type"] == "extra_forbidden":
+                msg = "unknown key"
+            elif "input" in err and not isinstance(err["input"], (dict, list)):
+                msg += f" (got {err['input']!r})"
+            problems.append(f"{key}: {msg}")
+        raise SettingsError(f"{origin}: invalid settings\n  " + "\n  ".join(problems)) from None
+
+
+def load(path: str | os.PathLike | None = None, env: dict[str, str] | None = None) -> Settings:
+    """Load settings: ``path`` (or ``$MSGLAKE_CONF``, or ``conf/base`` + ``conf/local``), then env overrides.
+
+    Examples
+    --------
+    >>> load().lake.root
+    'lake'
+    """
+    env = os.environ if env is None else env
+    chosen = path or env.get("MSGLAKE_CONF")
+    if chosen:
+        origin = str(chosen)
+        doc = _read_yaml(Path(chosen))
+    else:
+        origin = str(DEFAULT_CONF)
+        doc = _read_yaml(DEFAULT_CONF)
+        if LOCAL_CONF.exists():
+            doc = _merge(doc, _read_yaml(LOCAL_CONF))
+            origin += f" + {LOCAL_CONF}"
+    if env.get("MSGLAKE_LAKE_ROOT"):
+        doc = _merge(doc, {"lake": {"root": env["MSGLAKE_LAKE_ROOT"]}})
+    if env.get("MSGLAKE_SPARK_MASTER"):
+        doc = _merge(doc, {"spark": {"master": env["MSGLAKE_SPARK_MASTER"]}})
+    return from_dict(doc, origin)

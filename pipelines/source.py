@@ -1,0 +1,250 @@
+"""The ``msglake`` Spark data source: segment directories, batch and streaming.
+
+::
+
+    spark.readStream.format("msglake").option("format", "nsq-ext").load("/data/nsqd")
+
+Offsets are byte positions per segment file, as JSON (``{"version": 1, "segments":
+{"orders/orders-0.diskqueue.000000.dat": 4096}}``), readable in the checkpoint. The
+latest offset of a segment is the end of what the broker committed there (the codec's
+scan decides), so a half-written tail waits for a later batch. Nothing in here knows a
+broker format: a codec from :mod:`formats.registry` scans, splits and decodes.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from formats.base import QuarantineBuilder, SegmentInfo
+from formats.registry import get_codec
+from schemas.source import SOURCE_SCHEMA
+from schemas.spark import to_spark
+
+OFFSET_VERSION = 1
+KNOWN_OPTIONS = {"path", "format", "storehost", "maxbytespertrigger", "maxrecordspertrigger", "splitbytes"}
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Validated options of the data source; errors name the option."""
+
+    path: str
+    format: str
+    store_host: str | None = None
+    max_bytes_per_trigger: int | None = None
+    max_records_per_trigger: int | None = None
+    split_bytes: int = 16 << 20
+
+    @classmethod
+    def parse(cls, options) -> "SourceOptions":
+        opts = {k.lower(): v for k, v in dict(options).items()}
+        unknown = sorted(set(opts) - KNOWN_OPTIONS)
+        if unknown:
+            raise ValueError(f"msglake source: unknown option(s) {unknown}; known: {sorted(KNOWN_OPTIONS)}")
+        if not opts.get("path"):
+            raise ValueError("msglake source: option 'path' (the segment root folder) is required")
+        if not opts.get("format"):
+            raise ValueError("msglake source: option 'format' is required (e.g. 'nsq-ext')")
+        get_codec(opts["format"])  # fails early, naming the known formats
+
+        def positive(key: str) -> int | None:
+            if opts.get(key) in (None, ""):
+                return None
+            try:
+                v = int(opts[key])
+            except ValueError:
+                raise ValueError(f"msglake source: option '{key}' must be a positive integer, got {opts[key]!r}") from None
+            if v <= 0:
+                raise ValueError(f"msglake source: option '{key}' must be a positive integer, got {v}")
+            return v
+
+        return cls(
+            path=os.path.abspath(opts["path"]),
+            format=opts["format"],
+            store_host=opts.get("storehost") or None,
+            max_bytes_per_trigger=positive("maxbytespertrigger"),
+            max_records_per_trigger=positive("maxrecordspertrigger"),
+            split_bytes=positive("splitbytes") or 16 << 20,
+        )
+
+    def codec(self):
+        return get_codec(self.format, store_host=self.store_host)
+
+
+class MsglakeDataSource(DataSource):
+    """Broker segment files as a table of decoded messages and quarantined records."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "msglake"
+
+    def schema(self):
+        return to_spark(SOURCE_SCHEMA)
+
+    def reader(self, schema) -> DataSourceReader:
+        return SegmentBatchReader(SourceOptions.parse(self.options))
+
+    def streamReader(self, schema) -> DataSourceStreamReader:
+        return SegmentStreamReader(SourceOptions.parse(self.options))
+
+
+class _Planner:
+    """Driver-side view of the segment root: scans, and cuts byte ranges into Spark partitions."""
+
+    def __init__(self, opts: SourceOptions):
+        self.opts = opts
+        self.codec = opts.codec()
+        self.segments: dict[str, SegmentInfo] = {}
+        self.ignored: dict[str, str] = {}
+        self.notes: list[str] = []
+
+    def scan(self) -> dict[str, SegmentInfo]:
+        result = self.codec.scan(self.opts.path)
+        self.segments = {s.path: s for s in result.segments}
+        self.ignored, self.notes = result.ignored, result.notes
+        return self.segments
+
+    def plan(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        parts: list[InputPartition] = []
+        for path in sorted(end):
+            a, b = start.get(path, 0), end[path]
+            if b <= a:
+                continue
+            seg = self.segments.get(path)
+            if seg is None:
+                self.scan()
+                seg = self.segments.get(path)
+            if seg is None or not os.path.exists(os.path.join(self.opts.path, path)):
+                parts.append(InputPartition((None, path, a, b)))
+                continue
+            cuts = self.codec.split_points(self.opts.path, seg, a, b, self.opts.split_bytes)
+            bounds = [a, *cuts, b]
+            parts.extend(InputPartition((seg.to_dict(), path, x, y)) for x, y in zip(bounds, bounds[1:]))
+        return parts
+
+
+def read_range(opts: SourceOptions, partition: InputPartition) -> Iterator:
+    """Decode one planned range into Arrow batches (runs in a Spark task)."""
+    seg_dict, path, a, b = partition.value
+    if seg_dict is not None:
+        seg = SegmentInfo.from_dict(seg_dict)
+        try:
+            for res in opts.codec().decode(opts.path, seg, a, b):
+                yield res.batch
+            return
+        except FileNotFoundError:
+            pass
+    else:
+        name = os.path.basename(path)
+        seg = SegmentInfo(path, name, None, None, b, True, None, 0)
+    # The file went away (retention) before these committed bytes were read: say so in the
+    # quarantine table rather than skip them silently.
+    qb = QuarantineBuilder(opts.codec().source_format, seg)
+    qb.add_loss(a, b - a, f"segment deleted before it was read: bytes {a}..{b} are lost")
+    yield qb.build()
+
+
+class SegmentBatchReader(DataSourceReader):
+    """``spark.read.format("msglake")``: everything committed at planning time."""
+
+    def __init__(self, opts: SourceOptions):
+        self.opts = opts
+
+    def partitions(self):
+        planner = _Planner(self.opts)
+        segments = planner.scan()
+        return planner.plan({}, {p: s.committed_end for p, s in segments.items()})
+
+    def read(self, partition):
+        return read_range(self.opts, partition)
+
+
+def _positions(offset: dict) -> dict[str, int]:
+    if offset.get("version") != OFFSET_VERSION:
+        raise ValueError(f"msglake source: offset version {offset.get('version')!r} is not {OFFSET_VERSION}")
+    return {k: int(v) for k, v in offset.get("segments", {}).items()}
+
+
+def _offset(positions: dict[str, int]) -> dict:
+    return {"version": OFFSET_VERSION, "segments": dict(sorted(positions.items()))}
+
+
+class SegmentStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("msglake")``: follows appends, rollover, new topics and partitions."""
+
+    def __init__(self, opts: SourceOptions):
+        self.opts = opts
+        self.planner = _Planner(opts)
+        self._target: dict[str, int] | None = None
+
+    def initialOffset(self) -> dict:
+        return _offset({})
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_records_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_records_per_trigger)
+        if self.opts.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(self.opts.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {p: s.committed_end for p, s in self.planner.scan().items()}
+
+    def _available(self) -> dict[str, int]:
+        segments = self.planner.scan()
+        ends = {p: s.committed_end for p, s in segments.items()}
+        if self._target is not None:
+            ends = {p: min(e, self._target[p]) for p, e in ends.items() if p in self._target}
+        return ends
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begun = _positions(start)
+        out = dict(begun)  # segments that vanished keep their position: offsets never go back
+        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if max_rows is None and self.opts.max_records_per_trigger and not isinstance(limit, ReadAllAvailable):
+            max_rows = self.opts.max_records_per_trigger
+        if max_bytes is None and self.opts.max_bytes_per_trigger and not isinstance(limit, ReadAllAvailable):
+            max_bytes = self.opts.max_bytes_per_trigger
+        for path, end in sorted(self._available().items()):
+            a = begun.get(path, 0)
+            if end <= a:
+                out.setdefault(path, a)
+                continue
+            if max_bytes is None and max_rows is None:
+                out[path] = end
+                continue
+            if (max_bytes is not None and max_bytes <= 0) or (max_rows is not None and max_rows <= 0):
+                out.setdefault(path, a)
+                continue
+            stop, records = self.planner.codec.advance(
+                self.opts.path, self.planner.segments[path], a, end, max_bytes, max_rows
+            )
+            out[path] = stop
+            if max_bytes is not None:
+                max_bytes -= stop - a
+            if max_rows is not None:
+                max_rows -= records
+        return _offset(out)
+
+    def reportLatestOffset(self):
+        return _offset(self._available())
+
+    def partitions(self, start: dict, end: dict):
+        return self.planner.plan(_positions(start), _positions(end))
+
+    def read(self, partition):
+        return read_range(self.opts, partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: positions live in the checkpoint, segments belong to the broker."""
