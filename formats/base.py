@@ -6,6 +6,7 @@ from typing import Iterator, Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from schemas.source import SOURCE_SCHEMA
 
@@ -108,7 +109,7 @@ class SegmentCodec(Protocol):
 def gather_slices(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Concatenate ``buf[starts[i]:ends[i]]`` for all i without a Python loop.
 
-    The slices must not overlap and must be in increasing order. Returns ``(offsets, data)``
+    The slices must not overlap (empty ones may touch the next). Returns ``(offsets, data)``
     ready for an Arrow binary array: int32 offsets of length ``len(starts) + 1``.
     """
     lengths = (ends - starts).astype(np.int64)
@@ -117,9 +118,10 @@ def gather_slices(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tupl
     if len(starts) == 0 or offsets[-1] == 0:
         return offsets, np.zeros(0, dtype=np.uint8)
     # +1 where a slice starts, -1 where it ends: the running sum marks the bytes to keep.
+    # add.at, not marks[starts] += 1: an empty slice may start where the next one starts.
     marks = np.zeros(len(buf) + 1, dtype=np.int8)
-    marks[starts] += 1
-    marks[ends] -= 1
+    np.add.at(marks, starts, 1)
+    np.add.at(marks, ends, -1)
     keep = np.cumsum(marks[:-1], dtype=np.int8).view(np.bool_)
     return offsets, buf[keep]
 
@@ -202,3 +204,34 @@ class QuarantineBuilder:
             },
             n,
         )
+
+
+@dataclass
+class RootDecode:
+    """Everything committed under a source root, decoded without Spark."""
+
+    table: pa.Table
+    scan: ScanResult
+    decoded_bytes: int
+    quarantined_bytes: int
+
+    @property
+    def messages(self) -> pa.Table:
+        return self.table.filter(pa.compute.is_null(self.table["reason"]))
+
+    @property
+    def quarantined(self) -> pa.Table:
+        return self.table.filter(pa.compute.is_valid(self.table["reason"]))
+
+
+def decode_root(codec: SegmentCodec, root: str) -> RootDecode:
+    """Scan ``root`` and decode every committed byte of every segment (tests, benchmarks, tools)."""
+    scan = codec.scan(root)
+    batches, decoded, quarantined = [], 0, 0
+    for seg in scan.segments:
+        for res in codec.decode(root, seg, 0, seg.committed_end):
+            batches.append(res.batch)
+            decoded += res.decoded_bytes
+            quarantined += res.quarantined_bytes
+    table = pa.Table.from_batches(batches, schema=SOURCE_SCHEMA)
+    return RootDecode(table, scan, decoded, quarantined)

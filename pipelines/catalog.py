@@ -27,7 +27,14 @@ def ensure_table(spark, settings: Settings, spec: TableSpec) -> str:
 
 
 def _register(spark, name: str, path: str) -> None:
-    spark.sql(f"CREATE TABLE IF NOT EXISTS `{name}` USING DELTA LOCATION '{path}'")
+    """Point catalog name ``name`` at the Delta table in ``path`` (an external table)."""
+    if spark.catalog.tableExists(name):
+        location = spark.sql(f"DESCRIBE DETAIL `{name}`").first()["location"]
+        if location.removeprefix("file:").rstrip("/") == path.rstrip("/"):
+            return
+        # Another lake's table of the same name: external, so dropping removes only the name.
+        spark.sql(f"DROP TABLE `{name}`")
+    spark.sql(f"CREATE TABLE `{name}` USING DELTA LOCATION '{path}'")
 
 
 def register_tables(spark, settings: Settings) -> list[str]:

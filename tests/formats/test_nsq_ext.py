@@ -1,0 +1,370 @@
+"""NSQ extended-segment decoder: spec vectors, round trips, bad input."""
+from __future__ import annotations
+
+import os
+import struct
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from formats import nsq_layout as L
+from formats.base import decode_root
+from formats.nsq_ext import NsqExtCodec, frame, parse_header, HeaderError
+from formats.nsq_samples import generate
+from formats.nsq_writer import NsqQueueWriter, encode_message
+
+TS = 1_793_500_000_123_456_789
+
+
+def decode(root, **kw):
+    return decode_root(NsqExtCodec(**kw), str(root))
+
+
+def rows(result):
+    return result.messages.to_pylist()
+
+
+def reasons(result):
+    return [(r["segment"], r["segmentPosition"], r["recordLength"], r["reason"]) for r in result.quarantined.to_pylist()]
+
+
+# --------------------------------------------------------------------------- spec vectors
+
+
+def test_spec_47_byte_ext_record_layout(tmp_path):
+    # kv_topic_test.go: version-4 ext "tes<i>" (not JSON), 10 zero-byte body -> 47 bytes framed.
+    msg = encode_message(bytes(10), timestamp_ns=TS, message_id=1, trace_id=1, ext_version=4, ext_data=b"tes0")
+    framed = struct.pack(">i", len(msg)) + msg
+    assert len(framed) == 47
+    fr = frame(framed, 0, len(framed))
+    assert fr.positions.tolist() == [0] and fr.lengths.tolist() == [43] and fr.stop_kind == "end"
+    assert framed[4 + 8 : 4 + 10] == b"\xa0\x00"  # attempts 0 + the ext flag
+    assert framed[30] == 4 and framed[31:33] == b"\x00\x04" and framed[33:37] == b"tes0"
+    assert framed[37:] == bytes(10)
+    # The disk layer accepts any ext bytes; the lake cannot map "tes0" to headers, so the
+    # record is quarantined whole, with its 47 raw bytes.
+    with NsqQueueWriter(str(tmp_path), "kv", 0) as w:
+        w.put_raw(framed)
+    result = decode(tmp_path)
+    assert result.messages.num_rows == 0
+    [q] = result.quarantined.to_pylist()
+    assert q["rawBytes"] == framed and q["recordLength"] == 47 and "not valid JSON" in q["reason"]
+
+
+def test_spec_47_byte_layout_with_a_json_ext_decodes(tmp_path):
+    with NsqQueueWriter(str(tmp_path), "kv", 0) as w:
+        rec = w.put(bytes(10), header=b'{"a":1}', trace_id=1, timestamp_ns=TS)
+    assert rec.framed_size == 47 + 3
+    [row] = rows(decode(tmp_path))
+    assert row["body"] == bytes(10) and row["bodySize"] == 10 and row["traceId"] == "1"
+    assert row["properties"] == [("a", "1")]
+
+
+def test_writer_roll_vector_from_nsqd_tests(tmp_path):
+    # TestDiskQueueWriterRoll: limit 9*(10+4)=126, ten 10-byte messages.
+    w = NsqQueueWriter(str(tmp_path), "roll", 0, max_bytes_per_file=126)
+    for i in range(10):
+        w.put_raw(struct.pack(">i", 10) + bytes([i]) * 10)
+    w.close()
+    d = tmp_path / "roll"
+    assert os.path.getsize(d / "roll-0.diskqueue.000000.dat") == 126
+    assert os.path.getsize(d / "roll-0.diskqueue.000001.dat") == 14
+    assert L.parse_offset_meta((d / "roll-0.diskqueue.000000.dat.offsetmeta.dat").read_bytes()) == L.OffsetMeta(9, 0, 126)
+    meta = L.parse_writer_meta((d / "roll-0.diskqueue.meta.writer.dat").read_bytes())
+    assert (meta.file_num, meta.pos, meta.virtual_end, meta.total_count) == (1, 14, 140, 10)
+    segs = {s.segment: s for s in NsqExtCodec().scan(str(tmp_path)).segments}
+    assert segs["roll-0.diskqueue.000001.dat"].start_virtual == 126
+
+
+# --------------------------------------------------------------------------- round trips
+
+
+def test_round_trip_every_header_kind(tmp_path):
+    header = {
+        "##trace_id": "18446744073709551615",
+        "##client_dispatch_tag": "paid",
+        "bornTimestamp": 1793500000000,
+        "bornHost": "10.1.2.3:40000",
+        "priority": 9,
+        "durability": 1,
+        "searchKey": "sk",
+        "delayTime": 5000,
+        "startDeliverTime": "1793500005000",
+        "expireTime": 1793500600000,
+        "transactionId": "tx-1",
+        "correlationId": "corr-1",
+        "shardingKey": "user-7",
+        "keys": "k1 k2  k3",
+        "nsq.client.compress": "3",
+        "nsq.msg.size": "42",
+        "zan_test": True,
+        "app": "shop",
+        "nested": {"a": [1, 2]},
+    }
+    with NsqQueueWriter(str(tmp_path), "t", 3) as w:
+        w.put(b"legacy", ext=False, timestamp_ns=TS, attempts=2)
+        w.put(b"plain", timestamp_ns=TS + 1)
+        w.put(b"traced", trace_id=77, timestamp_ns=TS + 2)
+        w.put(b"tagged", tag="T_1-x", timestamp_ns=TS + 3)
+        w.put(b"empty-tag", tag="", timestamp_ns=TS + 4)
+        w.put(b"full", header=header, timestamp_ns=TS + 5)
+        w.put(b"otel", header={"traceId": "otel-1", "##trace_id": "5", "messageKey": "mk", "shardingKey": "no"},
+              timestamp_ns=TS + 6)
+        w.put(b"", header={"keys": ["a", "b"]}, timestamp_ns=TS + 7)
+    out = rows(decode(tmp_path, store_host="10.9.9.9:4150"))
+    assert [r["body"] for r in out] == [b"legacy", b"plain", b"traced", b"tagged", b"empty-tag", b"full", b"otel", b""]
+    assert all(r["topic"] == "t" and r["partition"] == 3 and r["sourceFormat"] == "nsq_ext" for r in out)
+    assert all(r["storeHost"] == "10.9.9.9:4150" for r in out)
+    assert [r["messageId"] for r in out] == [str(i) for i in range(1, 9)]
+    assert out[0]["deliveryCount"] == 2 and out[1]["deliveryCount"] == 0
+    assert out[0]["storeTimestamp"].timestamp() == pytest.approx(TS / 1e9, abs=1e-6)
+    assert [r["traceId"] for r in out[:5]] == [None, None, "77", None, None]
+    assert out[3]["tags"] == "T_1-x" and out[4]["tags"] is None
+    assert [r["priority"] for r in out[:5]] == [5] * 5 and [r["headers"] for r in out[:5]] == [[]] * 5
+    full = out[5]
+    assert full["traceId"] == "18446744073709551615" and full["tags"] == "paid"
+    assert full["bornTimestamp"].timestamp() == 1793500000.0 and full["bornHost"] == "10.1.2.3:40000"
+    assert (full["priority"], full["durability"], full["searchKey"], full["delayTime"]) == (9, 1, "sk", 5000)
+    assert full["startDeliverTime"].timestamp() == 1793500005.0 and full["expireTime"].timestamp() == 1793500600.0
+    assert (full["transactionId"], full["correlationId"], full["messageKey"]) == ("tx-1", "corr-1", "user-7")
+    assert full["keys"] == ["k1", "k2", "k3"] and full["compression"] == "lz4"
+    assert dict(full["properties"]) == {"zan_test": "true", "app": "shop", "nested": '{"a":[1,2]}'}
+    assert dict(full["headers"])["##trace_id"] == "18446744073709551615"
+    assert set(dict(full["headers"])) == set(header)
+    otel = out[6]
+    assert otel["traceId"] == "otel-1" and otel["messageKey"] == "mk"
+    assert out[7]["keys"] == ["a", "b"] and out[7]["bodySize"] == 0
+    offsets = [r["queueOffset"] for r in out]
+    assert offsets == [r["segmentPosition"] for r in out] and offsets[0] == 0
+
+
+def test_header_values_of_the_wrong_type_leave_the_column_empty_but_keep_the_header(tmp_path):
+    with NsqQueueWriter(str(tmp_path), "t", 0) as w:
+        w.put(b"x", header={"priority": "high", "bornTimestamp": "yesterday", "expireTime": -5, "delayTime": 1.5})
+    [r] = rows(decode(tmp_path))
+    assert r["priority"] == 5 and r["bornTimestamp"] is None and r["expireTime"] is None and r["delayTime"] is None
+    assert dict(r["headers"])["priority"] == "high"
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [(b"tes0", "not valid JSON"), (b"[1]", "not an object"), (b'"s"', "not an object"),
+     (b'{"##trace_id":12}', "decimal uint64"), (b'{"##trace_id":"-1"}', "decimal uint64"),
+     (b'{"##trace_id":"18446744073709551616"}', "decimal uint64"), (b"", "not valid JSON")],
+)
+def test_parse_header_rejects(raw, fragment):
+    with pytest.raises(HeaderError, match=fragment):
+        parse_header(raw)
+
+
+def test_compression_codes():
+    assert parse_header(b'{"nsq.client.compress":"1"}').values["compression"] == "gzip"
+    assert parse_header(b'{"nsq.client.compress":"2"}').values["compression"] == "snappy"
+    assert parse_header(b'{"nsq.client.compress":"9"}').values["compression"] == "unknown:9"
+    assert "compression" not in parse_header(b"{}").values
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _queue_with(tmp_path, raw: bytes, topic="bad", good_after=True):
+    with NsqQueueWriter(str(tmp_path), topic, 0) as w:
+        w.put(b"before", timestamp_ns=TS)
+        w.put_raw(raw)
+        if good_after:
+            w.put(b"after", timestamp_ns=TS)
+    return decode(tmp_path)
+
+
+def _ext_record(version: int, ext: bytes, body=b"body", length_field=None) -> bytes:
+    msg = encode_message(body, timestamp_ns=TS, message_id=9, ext_version=version, ext_data=ext)
+    if length_field is not None:
+        msg = msg[:27] + struct.pack(">H", length_field) + msg[29:]
+    return struct.pack(">i", len(msg)) + msg
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        (_ext_record(7, b"{}"), "unknown ext version 7"),
+        (_ext_record(4, b"{}", length_field=400), "runs past the record end"),
+        (_ext_record(4, b"not json"), "not valid JSON"),
+        (_ext_record(4, b"[1,2]"), "not an object"),
+        (_ext_record(4, b'{"##trace_id":7}'), "##trace_id"),
+        (struct.pack(">i", 5) + b"short", "below the 26-byte minimum"),
+        (struct.pack(">i", 26) + struct.pack(">qHQQ", TS, 0xA000, 1, 0), "before the ext version byte"),
+        (struct.pack(">i", 28) + struct.pack(">qHQQ", TS, 0xA000, 1, 0) + b"\x04\x00", "inside the ext length"),
+        (struct.pack(">i", 30) + struct.pack(">qHQQ", TS, 0xB000, 1, 0) + b"body", "reserved high nibble"),
+    ],
+)
+def test_a_bad_record_is_quarantined_and_its_neighbours_decode(tmp_path, raw, fragment):
+    result = _queue_with(tmp_path, raw)
+    assert [r["body"] for r in rows(result)] == [b"before", b"after"]
+    [q] = result.quarantined.to_pylist()
+    assert fragment in q["reason"] and q["rawBytes"] == raw and q["recordLength"] == len(raw)
+    assert q["topic"] == "bad" and q["partition"] == 0 and q["segmentPosition"] == 4 + 26 + 1 + len(b"before")
+
+
+@pytest.mark.parametrize("prefix", [0, -1, -(1 << 31), (1 << 28) + 1, 0x7FFFFFFF])
+def test_impossible_length_prefix_quarantines_the_rest_of_committed_data(tmp_path, prefix):
+    junk = struct.pack(">i", prefix) + b"\xff" * 100
+    result = _queue_with(tmp_path, junk)
+    assert [r["body"] for r in rows(result)] == [b"before"]
+    [q] = result.quarantined.to_pylist()
+    assert f"invalid length prefix {prefix}" in q["reason"]
+    assert q["rawBytes"].startswith(junk) and q["recordLength"] == len(junk) + 4 + 26 + 1 + 5  # + the "after" record
+
+
+def test_truncated_tail_past_the_writer_meta_is_pending_not_quarantined(tmp_path):
+    with NsqQueueWriter(str(tmp_path), "live", 0) as w:
+        w.put(b"one", timestamp_ns=TS)
+        seg = os.path.join(w.dir, w.segment)
+    with open(seg, "ab") as f:
+        f.write(struct.pack(">i", 64) + b"\x00" * 20)
+    result = decode(tmp_path)
+    [s] = result.scan.segments
+    assert s.committed_end == 4 + 27 + 3 and s.file_size == s.committed_end + 24 and not s.sealed
+    assert [r["body"] for r in rows(result)] == [b"one"] and result.quarantined.num_rows == 0
+
+
+def test_truncated_record_inside_a_closed_segment_is_quarantined(tmp_path):
+    w = NsqQueueWriter(str(tmp_path), "cut", 0, max_bytes_per_file=1 << 20)
+    w.put(b"one", timestamp_ns=TS)
+    w.put_raw(struct.pack(">i", 64) + b"\x00" * 20)
+    w.roll()
+    w.put(b"two", timestamp_ns=TS)
+    w.close()
+    result = decode(tmp_path)
+    assert [r["body"] for r in rows(result)] == [b"one", b"two"]
+    [q] = reasons(result)
+    assert q[0] == "cut-0.diskqueue.000000.dat" and q[2] == 24 and "truncated record" in q[3]
+
+
+def test_missing_meta_reads_complete_records_and_leaves_the_partial_tail(tmp_path):
+    with NsqQueueWriter(str(tmp_path), "nm", 0, max_bytes_per_file=100) as w:
+        for i in range(6):
+            w.put(b"m%d" % i + b"." * 30, timestamp_ns=TS)
+    for name in os.listdir(tmp_path / "nm"):
+        if ".meta." in name or name.endswith("offsetmeta.dat"):
+            os.remove(tmp_path / "nm" / name)
+    last = sorted(os.listdir(tmp_path / "nm"))[-1]
+    with open(tmp_path / "nm" / last, "ab") as f:
+        f.write(b"\x00\x00")
+    result = decode(tmp_path)
+    assert len(rows(result)) == 6 and result.quarantined.num_rows == 0
+    assert any("no writer meta" in n for n in result.scan.notes)
+    assert all(r["queueOffset"] is None for r in rows(result))
+    live = [s for s in result.scan.segments if s.segment == last][0]
+    assert live.file_size - live.committed_end == 2
+
+
+def test_unreadable_writer_meta_falls_back_to_tmp(tmp_path):
+    with NsqQueueWriter(str(tmp_path), "t", 0) as w:
+        w.put(b"x", timestamp_ns=TS)
+        meta = L.writer_meta_path(w.dir, "t-0")
+    with open(meta, "wb") as f:
+        f.write(b"garbage")
+    result = decode(tmp_path)
+    assert len(rows(result)) == 1
+    assert any("unreadable writer meta" in n for n in result.scan.notes)
+
+
+def test_empty_segment_and_empty_topic_folder(tmp_path):
+    NsqQueueWriter(str(tmp_path), "empty", 0).close()
+    os.makedirs(tmp_path / "no-files")
+    result = decode(tmp_path)
+    assert result.table.num_rows == 0
+    [s] = result.scan.segments
+    assert s.file_size == 0 and s.committed_end == 0
+
+
+def test_names_that_do_not_parse(tmp_path):
+    with NsqQueueWriter(str(tmp_path), "bad topic!", 0) as w:
+        w.put(b"x", timestamp_ns=TS)
+    with NsqQueueWriter(str(tmp_path), "other", 0) as w:
+        w.put(b"y", timestamp_ns=TS)
+    os.rename(tmp_path / "other", tmp_path / "misplaced")
+    (tmp_path / "misplaced" / "misplaced-0.diskqueue.00x.dat").write_bytes(b"\x00\x00\x00\x01z")
+    (tmp_path / "misplaced" / "README.txt").write_text("not a segment")
+    result = decode(tmp_path)
+    assert rows(result) == []
+    got = sorted((q[0], q[3].split(" ")[0]) for q in reasons(result))
+    assert got == [("bad topic!-0.diskqueue.000000.dat", "topic"), ("misplaced-0.diskqueue.00x.dat", "segment"),
+                   ("other-0.diskqueue.000000.dat", "queue")]
+    assert result.scan.ignored == {"misplaced/README.txt": "not an NSQ disk-queue file"}
+
+
+def test_source_root_that_is_not_a_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a directory"):
+        NsqExtCodec().scan(str(tmp_path / "absent"))
+
+
+# --------------------------------------------------------------------------- whole data paths
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    root = tmp_path_factory.mktemp("nsq")
+    truth = generate(str(root), 4000, max_bytes_per_file=256 << 10)
+    return str(root), truth
+
+
+def test_generated_data_path_matches_ground_truth(sample):
+    root, truth = sample
+    result = decode(root)
+    got = {(r["topic"], r["partition"], r["segment"], r["segmentPosition"]): r for r in rows(result)}
+    want = truth.by_key()
+    assert set(got) == set(want)
+    for key, m in want.items():
+        r = got[key]
+        assert (r["messageId"], r["body"], r["traceId"], r["tags"], r["priority"]) == (
+            m.message_id, m.body, m.trace_id, m.tags, m.priority), key
+        if r["queueOffset"] is not None:
+            assert r["queueOffset"] == m.virtual_offset
+    assert sorted((q[0], q[1]) for q in reasons(result)) == sorted((q.segment, q.position) for q in truth.quarantined)
+    for seg, pos, length, reason in reasons(result):
+        [exp] = [q for q in truth.quarantined if (q.segment, q.position) == (seg, pos)]
+        assert exp.reason in reason and (length == exp.length or "framing is lost" in reason)
+
+
+def test_every_byte_on_disk_is_decoded_quarantined_or_pending(sample):
+    root, truth = sample
+    result = decode(root)
+    on_disk = sum(s.file_size for s in result.scan.segments)
+    pending = sum(s.file_size - s.committed_end for s in result.scan.segments)
+    assert pending == truth.pending_bytes
+    assert result.decoded_bytes + result.quarantined_bytes + pending == on_disk
+    assert result.decoded_bytes == sum(result.messages["recordLength"].to_pylist())
+
+
+@pytest.mark.parametrize("chunk", [64, 1000, 4097])
+def test_small_chunks_decode_the_same_as_one_pass(sample, chunk):
+    root, _ = sample
+    whole = decode(root).table.drop_columns(["storeHost"])
+    chunked = decode(root, chunk_bytes=chunk).table.drop_columns(["storeHost"])
+    key = [("segment", "ascending"), ("segmentPosition", "ascending")]
+    assert chunked.sort_by(key).equals(whole.sort_by(key))
+
+
+def test_split_points_and_advance_land_on_record_boundaries(sample):
+    root, _ = sample
+    codec = NsqExtCodec()
+    seg = max((s for s in codec.scan(root).segments if s.problem is None), key=lambda s: s.committed_end)
+    boundaries = set(frame(open(os.path.join(root, seg.path), "rb").read(), 0, seg.committed_end).positions.tolist())
+    cuts = codec.split_points(root, seg, 0, seg.committed_end, 10_000)
+    assert cuts and all(c in boundaries for c in cuts) and cuts == sorted(cuts)
+    stop, n = codec.advance(root, seg, 0, seg.committed_end, 5_000, None)
+    assert stop in boundaries and 0 < stop <= 5_000 and n > 0
+    stop, n = codec.advance(root, seg, 0, seg.committed_end, None, 3)
+    assert n == 3 and stop in boundaries
+    stop, n = codec.advance(root, seg, 0, seg.committed_end, 1, None)  # one record even over budget
+    assert n == 1 and stop > 1
+
+
+def test_gather_is_a_view_of_the_right_bytes():
+    from formats.base import gather_slices
+
+    buf = np.frombuffer(b"0123456789abcdef", np.uint8)
+    off, data = gather_slices(buf, np.array([1, 5, 5, 10]), np.array([3, 5, 8, 16]))
+    assert off.tolist() == [0, 2, 2, 5, 11] and data.tobytes() == b"12567abcdef"
