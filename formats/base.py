@@ -109,7 +109,7 @@ class SegmentCodec(Protocol):
 def gather_slices(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Concatenate ``buf[starts[i]:ends[i]]`` for all i without a Python loop.
 
-    The slices must not overlap (empty ones may touch the next). Returns ``(offsets, data)``
+    The slices must be in order and must not overlap (empty ones may touch the next). Returns ``(offsets, data)``
     ready for an Arrow binary array: int32 offsets of length ``len(starts) + 1``.
     """
     lengths = (ends - starts).astype(np.int64)
@@ -117,13 +117,15 @@ def gather_slices(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tupl
     np.cumsum(lengths, out=offsets[1:])
     if len(starts) == 0 or offsets[-1] == 0:
         return offsets, np.zeros(0, dtype=np.uint8)
-    # +1 where a slice starts, -1 where it ends: the running sum marks the bytes to keep.
-    # add.at, not marks[starts] += 1: an empty slice may start where the next one starts.
-    marks = np.zeros(len(buf) + 1, dtype=np.int8)
-    np.add.at(marks, starts, 1)
-    np.add.at(marks, ends, -1)
-    keep = np.cumsum(marks[:-1], dtype=np.int8).view(np.bool_)
-    return offsets, buf[keep]
+    # A keep-mask built from run lengths: (gap, slice) pairs, then the tail after the last slice.
+    gaps = starts - np.concatenate(([0], ends[:-1]))
+    runs = np.empty(2 * len(starts) + 1, dtype=np.int64)
+    runs[0:-1:2] = gaps
+    runs[1::2] = lengths
+    runs[-1] = len(buf) - ends[-1]
+    pattern = np.zeros(len(runs), dtype=np.bool_)
+    pattern[1::2] = True
+    return offsets, buf[np.repeat(pattern, runs)]
 
 
 def binary_array(offsets: np.ndarray, data: np.ndarray, typ: pa.DataType = pa.binary()) -> pa.Array:

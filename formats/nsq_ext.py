@@ -21,6 +21,7 @@ from typing import Iterator
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from formats.base import (
     DecodeResult,
@@ -32,8 +33,9 @@ from formats.base import (
     gather_slices,
     source_batch,
 )
+from formats import nsq_headers as H
 from formats import nsq_layout as L
-from schemas.messages import DEFAULT_PRIORITY
+from schemas.messages import DEFAULT_PRIORITY, TS
 
 NAME = "nsq-ext"
 SOURCE_FORMAT = "nsq_ext"
@@ -45,8 +47,6 @@ EXT_FLAG = 0xA000
 NO_EXT_VER, TAG_EXT_VER, JSON_HEADER_EXT_VER = 0, 2, 4
 #: Bytes decoded per step; bounds memory whatever the backlog.
 CHUNK_BYTES = 8 << 20
-
-COMPRESSION_CODECS = {"1": "gzip", "2": "snappy", "3": "lz4"}
 
 _LEN = struct.Struct(">i")
 
@@ -124,142 +124,18 @@ def _walk(mm, start: int, end: int, every: int | None):
     return pos, ("end" if pos == end else "incomplete"), cuts
 
 
-# ----------------------------------------------------------------------------- headers
-
-_TS_HEADERS = {"bornTimestamp", "startDeliverTime", "expireTime"}
-_INT_HEADERS = {"priority", "durability"}
-_LONG_HEADERS = {"delayTime"}
-_STR_HEADERS = {"bornHost", "searchKey", "traceId", "transactionId", "correlationId", "messageKey"}
-#: OpenMessaging header names that become columns (so they stay out of ``properties``).
-COLUMN_HEADERS = _TS_HEADERS | _INT_HEADERS | _LONG_HEADERS | _STR_HEADERS | {"shardingKey", "keys"}
-#: Client/broker keys that are not user properties (they still appear in ``headers``).
-RESERVED_PREFIXES = ("##", "nsq.")
-
-TRACE_KEY = "##trace_id"
-TAG_KEY = "##client_dispatch_tag"
-COMPRESS_KEY = "nsq.client.compress"
-
-_MAX_MS = 253402300799999  # 9999-12-31T23:59:59.999Z, the largest Spark timestamp
-
-
-class HeaderError(ValueError):
-    """The ext header of a record cannot be accepted; the record is quarantined."""
-
-
-def _as_text(v) -> str:
-    return v if isinstance(v, str) else orjson.dumps(v).decode()
-
-
-def _as_int(v) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, str):
-        try:
-            return int(v.strip())
-        except ValueError:
-            return None
-    return None
-
-
-def _as_ts_us(v) -> int | None:
-    ms = _as_int(v)
-    if ms is None or not (0 <= ms <= _MAX_MS):
-        return None
-    return ms * 1000
-
-
-def _as_keys(v) -> list[str] | None:
-    if isinstance(v, str):
-        return [k for k in v.split(" ") if k]
-    if isinstance(v, list):
-        return [_as_text(k) for k in v]
-    return None
-
-
-@dataclass
-class HeaderColumns:
-    """Columns filled from one record's JSON header (None = not given)."""
-
-    values: dict
-    properties: dict[str, str]
-    headers: dict[str, str]
-
-
-def parse_header(raw: bytes) -> HeaderColumns:
-    """Map one JSON ext header to unified-schema columns.
-
-    Raises
-    ------
-    HeaderError
-        When the bytes are not a JSON object or ``##trace_id`` is not a decimal uint64 string
-        (the broker rejects both on publish, so such a record is corrupt).
-
-    Examples
-    --------
-    >>> h = parse_header(b'{"##trace_id":"7","priority":9,"app":"x"}')
-    >>> h.values["traceId"], h.values["priority"], h.properties
-    ('7', 9, {'app': 'x'})
-    """
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        raise HeaderError(f"ext header is not valid JSON ({e})") from None
-    if not isinstance(doc, dict):
-        raise HeaderError(f"ext header is JSON but not an object ({type(doc).__name__})")
-    vals: dict = {}
-    trace = doc.get(TRACE_KEY)
-    if trace is not None:
-        if not isinstance(trace, str) or not trace.isdigit() or int(trace) >= 1 << 64:
-            raise HeaderError(f"{TRACE_KEY} must be a decimal uint64 string, got {trace!r}")
-    for k in _TS_HEADERS:
-        if k in doc:
-            vals[k] = _as_ts_us(doc[k])
-    for k in _INT_HEADERS:
-        if k in doc:
-            i = _as_int(doc[k])
-            vals[k] = i if i is not None and -(1 << 31) <= i < (1 << 31) else None
-    for k in _LONG_HEADERS:
-        if k in doc:
-            i = _as_int(doc[k])
-            vals[k] = i if i is not None and -(1 << 63) <= i < (1 << 63) else None
-    for k in _STR_HEADERS:
-        if k in doc:
-            vals[k] = _as_text(doc[k])
-    if "traceId" not in vals and trace is not None:
-        vals["traceId"] = trace
-    if "messageKey" not in vals and "shardingKey" in doc:
-        vals["messageKey"] = _as_text(doc["shardingKey"])
-    if "keys" in doc:
-        vals["keys"] = _as_keys(doc["keys"])
-    tag = doc.get(TAG_KEY)
-    if tag is not None:
-        vals["tags"] = _as_text(tag)
-    codec = doc.get(COMPRESS_KEY)
-    if codec is not None:
-        vals["compression"] = COMPRESSION_CODECS.get(_as_text(codec), f"unknown:{_as_text(codec)}")
-    headers = {k: _as_text(v) for k, v in doc.items()}
-    props = {
-        k: v for k, v in headers.items() if k not in COLUMN_HEADERS and not k.startswith(RESERVED_PREFIXES)
-    }
-    return HeaderColumns(vals, props, headers)
-
-
-def _map_array(dicts: list[dict[str, str]]) -> pa.Array:
-    offsets = np.zeros(len(dicts) + 1, np.int32)
-    keys: list[str] = []
-    items: list[str] = []
-    for i, d in enumerate(dicts):
-        keys.extend(d.keys())
-        items.extend(d.values())
-        offsets[i + 1] = len(keys)
-    return pa.MapArray.from_arrays(pa.array(offsets), pa.array(keys, pa.string()), pa.array(items, pa.string()))
-
-
 # ----------------------------------------------------------------------------- decode
+
+
+def _scatter(arr: pa.Array, where: np.ndarray, n: int) -> pa.Array:
+    """Spread ``arr`` (one value per row in ``where``) over ``n`` rows, null elsewhere."""
+    if len(where) == n:
+        return arr
+    idx = np.zeros(n, np.int64)
+    idx[where] = np.arange(len(where))
+    missing = np.ones(n, np.bool_)
+    missing[where] = False
+    return arr.take(pa.array(idx, mask=missing))
 
 
 @dataclass
@@ -289,19 +165,15 @@ def decode_chunk(
 
     s = pos + 4  # message start
     rec_end = s + n
-    last = len(buf) - 1
     ok = n >= HEADER_SIZE
     reason = np.full(len(pos), None, dtype=object)
     reason[~ok] = [f"record length {v} is below the {HEADER_SIZE}-byte minimum" for v in n[~ok]]
 
-    # Fixed header, read for every record (indices clipped so short records read in bounds).
-    def at(off: int) -> np.ndarray:
-        return np.minimum(s + off, last)
-
-    ts_ns = be_uint(buf, at(0), 8).astype(np.int64)  # signed int64 on disk
-    raw_attempts = be_uint(buf, at(8), 2)
-    msg_id = be_uint(buf, at(10), 8)
-    trace = be_uint(buf, at(18), 8)
+    # The fixed header, for every record at once (short records read garbage, masked by ok).
+    ts_ns = be_uint(buf, s, 8).astype(np.int64)  # signed int64 on disk
+    raw_attempts = be_uint(buf, s + 8, 2)
+    msg_id = be_uint(buf, s + 10, 8)
+    trace = be_uint(buf, s + 18, 8)
 
     high = raw_attempts & 0xF000
     is_ext = high == EXT_FLAG
@@ -315,7 +187,7 @@ def decode_chunk(
     reason[no_ver] = "ext flag set but the record ends before the ext version byte"
     ok &= ~no_ver
     ext &= ok
-    ver = np.where(ext, buf[at(HEADER_SIZE)], -1).astype(np.int64)
+    ver = np.where(ext, buf[np.minimum(s + HEADER_SIZE, len(buf) - 1)], -1).astype(np.int64)
     bad_ver = ext & (ver != NO_EXT_VER) & (ver != TAG_EXT_VER) & (ver != JSON_HEADER_EXT_VER)
     reason[bad_ver] = [f"unknown ext version {v}" for v in ver[bad_ver]]
     ok &= ~bad_ver
@@ -324,7 +196,7 @@ def decode_chunk(
     reason[short_len] = "record ends inside the ext length field"
     ok &= ~short_len
     has_len &= ok
-    ext_len = np.where(has_len, be_uint(buf, at(HEADER_SIZE + 1), 2), 0)
+    ext_len = np.where(has_len, be_uint(buf, s + HEADER_SIZE + 1, 2), 0)
     past = has_len & (HEADER_SIZE + 3 + ext_len > n)
     reason[past] = [f"ext length {e} runs past the record end ({r} bytes)" for e, r in zip(ext_len[past], n[past])]
     ok &= ~past
@@ -333,20 +205,24 @@ def decode_chunk(
     ext_start = s + HEADER_SIZE + 3
     body_start = np.where(has_len, ext_start + ext_len, np.where(ok & ext, s + HEADER_SIZE + 1, s + HEADER_SIZE))
 
-    # Headers (version 4) and tags (version 2): per record, only where present.
-    vals_by_row: dict[int, HeaderColumns] = {}
-    tags_by_row: dict[int, str | None] = {}
+    # Ext data: JSON headers (version 4) and tags (version 2), parsed where present.
+    docs: list[dict] = []
+    doc_rows: list[int] = []
+    tags_v2: list[str | None] = []
+    tag_rows: list[int] = []
     for i in np.flatnonzero(has_len).tolist():
         data = buf[ext_start[i] : ext_start[i] + ext_len[i]].tobytes()
         if ver[i] == JSON_HEADER_EXT_VER:
             try:
-                vals_by_row[i] = parse_header(data)
-            except HeaderError as e:
+                docs.append(H.load_header(data))
+                doc_rows.append(i)
+            except H.HeaderError as e:
                 reason[i] = str(e)
                 ok[i] = False
         else:
             try:
-                tags_by_row[i] = data.decode("utf-8") or None
+                tags_v2.append(data.decode("utf-8") or None)
+                tag_rows.append(i)
             except UnicodeDecodeError:
                 reason[i] = "version-2 tag is not UTF-8"
                 ok[i] = False
@@ -359,73 +235,62 @@ def decode_chunk(
     m = len(rows)
     if m == 0:
         return ChunkDecode(None, 0)
-    body_off, body_data = gather_slices(buf, body_start[rows], rec_end[rows])
+    # Where, among the decoded rows, the headers and tags sit.
+    row_index = np.full(len(pos), -1, np.int64)
+    row_index[rows] = np.arange(m)
+    doc_where = row_index[np.asarray(doc_rows, np.int64)]
+    tag_where = row_index[np.asarray(tag_rows, np.int64)]
 
-    # Columns that come from the header dicts.
-    str_cols = ("bornHost", "searchKey", "traceId", "transactionId", "correlationId", "messageKey", "tags", "compression")
-    col: dict[str, list] = {k: [None] * m for k in str_cols + ("bornTimestamp", "startDeliverTime", "expireTime", "delayTime", "keys")}
-    priority = np.full(m, DEFAULT_PRIORITY, np.int32)
-    durability = np.zeros(m, np.int32)
-    props: list[dict] = [{}] * m
-    heads: list[dict] = [{}] * m
-    for j, i in enumerate(rows.tolist()):
-        h = vals_by_row.get(i)
-        if h is not None:
-            for k, v in h.values.items():
-                if k == "priority":
-                    if v is not None:
-                        priority[j] = v
-                elif k == "durability":
-                    if v is not None:
-                        durability[j] = v
-                else:
-                    col[k][j] = v
-            props[j] = h.properties
-            heads[j] = h.headers
-        elif i in tags_by_row:
-            col["tags"][j] = tags_by_row[i]
-
-    # traceId: header traceId, else ##trace_id (both done above), else the record's trace half.
+    hc = H.header_columns(docs)
+    columns = {k: _scatter(v, doc_where, m) for k, v in hc.items() if k not in ("headers", "properties")}
+    if len(docs) == m:
+        columns["headers"], columns["properties"] = hc["headers"], hc["properties"]
+    else:
+        columns["headers"], columns["properties"] = _scatter_maps(hc, doc_where, m)
+    columns["priority"] = pc.fill_null(columns["priority"], DEFAULT_PRIORITY)
+    columns["durability"] = pc.fill_null(columns["durability"], 0)
+    # traceId: the header's (traceId, else ##trace_id), else the record's trace half when set.
     trace_rows = trace[rows]
-    trace_str = pa.array(trace_rows, pa.uint64()).cast(pa.string()).to_pylist()
-    for j, t in enumerate(col["traceId"]):
-        if t is None and trace_rows[j] != 0:
-            col["traceId"][j] = trace_str[j]
-
-    positions = (base + pos[rows]).astype(np.int64)
-    queue_offset = (
-        pa.array(positions + seg.start_virtual, pa.int64())
-        if seg.start_virtual is not None
-        else pa.nulls(m, pa.int64())
+    columns["traceId"] = pc.coalesce(
+        columns["traceId"], pa.array(trace_rows, pa.uint64(), mask=trace_rows == 0).cast(pa.string())
     )
-    ts_type = pa.timestamp("us", tz="UTC")
-    columns = {
-        "topic": pa.array([seg.topic] * m, pa.string()),
-        "partition": pa.array(np.full(m, seg.partition, np.int32)),
-        "sourceFormat": pa.array([SOURCE_FORMAT] * m, pa.string()),
-        "segment": pa.array([seg.segment] * m, pa.string()),
-        "segmentPosition": pa.array(positions),
-        "queueOffset": queue_offset,
-        "messageId": pa.array(msg_id[rows], pa.uint64()).cast(pa.string()),
-        "storeTimestamp": pa.array(ts_ns[rows] // 1000, pa.int64()).cast(ts_type),
-        "storeHost": pa.array([store_host] * m, pa.string()),
-        "priority": pa.array(priority),
-        "durability": pa.array(durability),
-        "deliveryCount": pa.array(attempts[rows].astype(np.int32)),
-        "bornTimestamp": pa.array(col["bornTimestamp"], pa.int64()).cast(ts_type),
-        "startDeliverTime": pa.array(col["startDeliverTime"], pa.int64()).cast(ts_type),
-        "expireTime": pa.array(col["expireTime"], pa.int64()).cast(ts_type),
-        "delayTime": pa.array(col["delayTime"], pa.int64()),
-        "keys": pa.array(col["keys"], pa.list_(pa.string())),
-        "properties": _map_array(props),
-        "headers": _map_array(heads),
-        "body": binary_array(body_off, body_data),
-        "bodySize": pa.array(np.diff(body_off).astype(np.int32)),
-        "recordLength": pa.array((n[rows] + 4).astype(np.int64)),
-    }
-    for k in str_cols:
-        columns[k] = pa.array(col[k], pa.string())
+    columns["tags"] = pc.coalesce(columns["tags"], _scatter(pa.array(tags_v2, pa.string()), tag_where, m))
+
+    body_off, body_data = gather_slices(buf, body_start[rows], rec_end[rows])
+    positions = base + pos[rows]
+    columns.update(
+        {
+            "topic": pa.array([seg.topic] * m, pa.string()),
+            "partition": pa.array(np.full(m, seg.partition, np.int32)),
+            "sourceFormat": pa.array([SOURCE_FORMAT] * m, pa.string()),
+            "segment": pa.array([seg.segment] * m, pa.string()),
+            "segmentPosition": pa.array(positions),
+            "queueOffset": pa.array(positions + seg.start_virtual)
+            if seg.start_virtual is not None
+            else pa.nulls(m, pa.int64()),
+            "messageId": pa.array(msg_id[rows], pa.uint64()).cast(pa.string()),
+            "storeTimestamp": pa.array(ts_ns[rows] // 1000, pa.int64()).cast(TS),
+            "storeHost": pa.array([store_host] * m, pa.string()),
+            "deliveryCount": pa.array(attempts[rows].astype(np.int32)),
+            "body": binary_array(body_off, body_data),
+            "bodySize": pa.array(np.diff(body_off).astype(np.int32)),
+            "recordLength": pa.array(n[rows] + 4),
+        }
+    )
     return ChunkDecode(source_batch(columns, m), int((n[rows] + 4).sum()))
+
+
+def _scatter_maps(hc: dict, where: np.ndarray, m: int) -> tuple[pa.Array, pa.Array]:
+    """Header maps over all decoded rows: the parsed ones where headers were, empty elsewhere."""
+    out = []
+    for name in ("headers", "properties"):
+        maps = hc[name]
+        counts = np.zeros(m, np.int64)
+        counts[where] = np.diff(maps.offsets.to_numpy())
+        offsets = np.zeros(m + 1, np.int32)
+        np.cumsum(counts, out=offsets[1:])
+        out.append(pa.MapArray.from_arrays(pa.array(offsets), maps.keys, maps.items))
+    return out[0], out[1]
 
 
 class NsqExtCodec:

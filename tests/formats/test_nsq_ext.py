@@ -10,7 +10,8 @@ import pytest
 
 from formats import nsq_layout as L
 from formats.base import decode_root
-from formats.nsq_ext import NsqExtCodec, frame, parse_header, HeaderError
+from formats.nsq_ext import NsqExtCodec, frame
+from formats.nsq_headers import HeaderError, header_columns, load_header
 from formats.nsq_samples import generate
 from formats.nsq_writer import NsqQueueWriter, encode_message
 
@@ -153,16 +154,22 @@ def test_header_values_of_the_wrong_type_leave_the_column_empty_but_keep_the_hea
      (b'{"##trace_id":12}', "decimal uint64"), (b'{"##trace_id":"-1"}', "decimal uint64"),
      (b'{"##trace_id":"18446744073709551616"}', "decimal uint64"), (b"", "not valid JSON")],
 )
-def test_parse_header_rejects(raw, fragment):
+def test_load_header_rejects(raw, fragment):
     with pytest.raises(HeaderError, match=fragment):
-        parse_header(raw)
+        load_header(raw)
 
 
 def test_compression_codes():
-    assert parse_header(b'{"nsq.client.compress":"1"}').values["compression"] == "gzip"
-    assert parse_header(b'{"nsq.client.compress":"2"}').values["compression"] == "snappy"
-    assert parse_header(b'{"nsq.client.compress":"9"}').values["compression"] == "unknown:9"
-    assert "compression" not in parse_header(b"{}").values
+    docs = [{"nsq.client.compress": c} for c in ("1", "2", "3", 9)] + [{}]
+    assert header_columns(docs)["compression"].to_pylist() == ["gzip", "snappy", "lz4", "unknown:9", None]
+
+
+def test_mixed_value_types_in_one_column_take_the_exact_path():
+    docs = [{"priority": 3}, {"priority": "7"}, {"priority": 2.0}, {"priority": 2.5}, {"priority": True},
+            {"priority": 1 << 40}, {"delayTime": 1 << 70}, {"bornHost": 5}, {}]
+    cols = header_columns(docs)
+    assert cols["priority"].to_pylist() == [3, 7, 2, None, None, None, None, None, None]
+    assert cols["delayTime"].to_pylist()[6] is None and cols["bornHost"].to_pylist()[7] == "5"
 
 
 # --------------------------------------------------------------------------- bad input
