@@ -129,7 +129,7 @@ def cmd_demo(args) -> int:
          "SELECT topic, partition, segmentPosition AS pos, messageId, traceId, tags, priority, keys, "
          "storeTimestamp, bodySize, CASE WHEN is_valid_utf8(cast(body AS STRING)) "
          "THEN substr(cast(body AS STRING), 1, 20) ELSE concat('0x', hex(substr(body, 1, 8)), '...') END AS body "
-         "FROM messages WHERE topic = 'orders' ORDER BY partition, queueOffset LIMIT 8"),
+         "FROM messages WHERE topic = 'orders' AND traceId IS NOT NULL ORDER BY partition, queueOffset LIMIT 8"),
         ("quarantine by reason",
          "SELECT substr(reason, 1, 70) AS reason, count(*) AS records, sum(recordLength) AS bytes "
          "FROM quarantine GROUP BY 1 ORDER BY 2 DESC"),
