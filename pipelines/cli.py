@@ -38,6 +38,27 @@ def _parser() -> argparse.ArgumentParser:
                     "since are picked up. Progress is kept in <lake>/_checkpoints/ingest-<source>.",
     )
     ing.add_argument("--source", metavar="NAME", help="which entry of `sources:` to ingest (default: the only one)")
+    _progress_options(ing)
+
+    st = sub.add_parser(
+        "stream", parents=[common], help="follow a source continuously (or once, with --available-now)",
+        description="Tail the broker's segment folders with Structured Streaming: every --interval, decode the "
+                    "bytes committed since the last micro-batch into `messages` and `quarantine`, exactly once "
+                    "(checkpoint in <lake>/_checkpoints/ingest-<source>, shared with `msglake ingest`). "
+                    "SIGINT/SIGTERM stop it gracefully: the running micro-batch may finish (--stop-timeout), "
+                    "then the query stops; the checkpoint stays valid and a restart continues where it ended.",
+    )
+    st.add_argument("--source", metavar="NAME", help="which entry of `sources:` to follow (default: the only one)")
+    st.add_argument("--interval", default=os.environ.get("MSGLAKE_INTERVAL", "5 seconds"),
+                    help="processing-time trigger, e.g. '1 second' or '1 minute' (env MSGLAKE_INTERVAL; "
+                         "default '5 seconds')")
+    st.add_argument("--available-now", action="store_true",
+                    help="process what is committed now, in bounded micro-batches, then stop (the scheduled "
+                         "batch job; same as `msglake ingest`)")
+    st.add_argument("--stop-timeout", type=float, default=float(os.environ.get("MSGLAKE_STOP_TIMEOUT", 60)),
+                    help="seconds a running micro-batch may take to finish after SIGINT/SIGTERM before it is "
+                         "abandoned (it is then replayed on restart; env MSGLAKE_STOP_TIMEOUT; default 60)")
+    _progress_options(st)
 
     demo = sub.add_parser(
         "demo", parents=[common], help="generate sample NSQ segments, ingest them, and show the tables",
@@ -62,6 +83,13 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _progress_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metrics-file", metavar="FILE", default=os.environ.get("MSGLAKE_METRICS_FILE"),
+                   help="append one JSON object per micro-batch (messages/s, bytes/s, backlog per "
+                        "topic/partition, quarantined) to FILE (env MSGLAKE_METRICS_FILE)")
+    p.add_argument("--quiet", action="store_true", help="no per-batch progress line on stderr")
+
+
 def _load_settings(args) -> settings_mod.Settings:
     env = dict(os.environ)
     if args.lake:
@@ -77,13 +105,36 @@ def _print(lines) -> None:
 
 
 def cmd_ingest(args) -> int:
-    from pipelines.ingest import ingest
+    args.available_now, args.interval, args.stop_timeout = True, None, 60.0
+    return cmd_stream(args)
+
+
+def cmd_stream(args) -> int:
+    import signal
+    import threading
+
+    from pipelines.ingest import run
+    from pipelines.progress import ProgressReporter
     from pipelines.session import build_session
 
     settings = _load_settings(args)
     settings.source(args.source)  # fail on a bad name before Spark starts
+    stop = threading.Event()
+
+    def request_stop(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt  # a second signal: stop now
+        print(f"\nmsglake: {signal.Signals(signum).name} received, stopping after the running micro-batch "
+              f"(at most {args.stop_timeout:.0f}s)", file=sys.stderr, flush=True)
+        stop.set()
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    reporter = ProgressReporter(metrics_path=args.metrics_file, live=None if args.quiet else sys.stderr)
     spark = build_session(settings)
-    summary = ingest(spark, settings, args.source)
+    summary = run(spark, settings, args.source, available_now=args.available_now, interval=args.interval,
+                  stop=stop, stop_timeout=args.stop_timeout, progress=reporter)
+    reporter.close()
     _print(summary.lines())
     _print(f"  table {name}: {path}" for name, path in summary.tables.items())
     return 0 if summary.balanced else 1
@@ -145,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipelines.session import MissingJarsError
 
     args = _parser().parse_args(argv)
-    handlers = {"ingest": cmd_ingest, "demo": cmd_demo, "generate": cmd_generate}
+    handlers = {"ingest": cmd_ingest, "stream": cmd_stream, "demo": cmd_demo, "generate": cmd_generate}
     try:
         return handlers[args.command](args)
     except (settings_mod.SettingsError, MissingJarsError, FileNotFoundError) as e:

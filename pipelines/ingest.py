@@ -1,19 +1,22 @@
-"""``msglake ingest``: segments -> decode -> Delta ``messages`` + ``quarantine``.
+"""``msglake ingest`` / ``msglake stream``: segments -> decode -> Delta ``messages`` + ``quarantine``.
 
-The job is a Structured Streaming query over the ``msglake`` source with
-``trigger(availableNow=True)``: it processes what is committed on disk when it starts and
-stops. Its checkpoint remembers the byte position reached in every segment, so a re-run adds
+One Structured Streaming query over the ``msglake`` source serves both: with
+``trigger(availableNow=True)`` (``ingest``, the scheduled batch job) it processes what is
+committed on disk when it starts and stops; with a processing-time trigger (``stream``) it
+follows the broker's appends until stopped. Its checkpoint remembers the byte position reached in every segment, so a re-run adds
 nothing and bytes appended since are picked up; writes are idempotent Delta appends.
 """
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 
 from formats.registry import get_codec
 from pipelines import checkpoint as cp
 from pipelines.catalog import ensure_table
+from pipelines.progress import ProgressReporter
 from pipelines.settings import Settings, SourceSettings
 from pipelines.sinks import DeltaSink, RunCounts
 from schemas import MESSAGES_TABLE, QUARANTINE_TABLE
@@ -88,7 +91,35 @@ def _disk_accounting(src: SourceSettings, positions: dict[str, int]):
 
 
 def ingest(spark, settings: Settings, source: str | None = None) -> IngestSummary:
-    """Run the available-now ingest of one source and return its summary."""
+    """Run the available-now ingest of one source (the scheduled batch job) and return its summary."""
+    return run(spark, settings, source, available_now=True)
+
+
+def run(
+    spark,
+    settings: Settings,
+    source: str | None = None,
+    *,
+    available_now: bool = True,
+    interval: str = "5 seconds",
+    stop: threading.Event | None = None,
+    stop_timeout: float = 60.0,
+    progress: ProgressReporter | None = None,
+) -> IngestSummary:
+    """Run the ingest query of one source until it ends (available-now) or ``stop`` is set.
+
+    Parameters
+    ----------
+    available_now : bool
+        Process what is committed on disk at the start, then stop (``trigger(availableNow=True)``);
+        otherwise run micro-batches every ``interval`` and follow new data until stopped.
+    stop : threading.Event, optional
+        Set it (from a signal handler, say) to stop: the running micro-batch is given
+        ``stop_timeout`` seconds to finish, then abandoned. Either way the checkpoint stays
+        valid and a restart continues exactly where the last committed batch ended.
+    progress : ProgressReporter, optional
+        Receives every batch's progress (live line, JSON-lines metrics).
+    """
     src = settings.source(source)
     if not os.path.isdir(src.path):
         raise FileNotFoundError(f"sources.{src.name}.path: {os.path.abspath(src.path)} is not a directory")
@@ -97,16 +128,29 @@ def ingest(spark, settings: Settings, source: str | None = None) -> IngestSummar
     before = cp.committed_positions(checkpoint)
     counts = RunCounts()
     sink = _LazySink(src.name, checkpoint, tables, counts)
+    listener = None
+    if progress is not None:
+        progress.counts = counts
+        listener = progress.listener()
+        spark.streams.addListener(listener)
     started = time.monotonic()
-    query = (
+    writer = (
         source_reader(spark, settings, src)
         .writeStream.foreachBatch(sink)
         .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
         .queryName(f"msglake-ingest-{src.name}")
-        .start()
     )
-    query.awaitTermination()
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=interval)
+    query = writer.start()
+    try:
+        _wait(query, stop, stop_timeout)
+    finally:
+        if listener is not None:
+            # Progress events reach the listener asynchronously: let the last one arrive.
+            done = [p["batchId"] for p in query.recentProgress if p.get("numInputRows")]
+            if done:
+                progress.wait_for(max(done))
+            spark.streams.removeListener(listener)
     seconds = time.monotonic() - started
     after = cp.committed_positions(checkpoint)
     on_disk, pending, lost, scan = _disk_accounting(src, after)
@@ -127,6 +171,22 @@ def ingest(spark, settings: Settings, source: str | None = None) -> IngestSummar
         notes=scan.notes,
         ignored=scan.ignored,
     )
+
+
+def _wait(query, stop: threading.Event | None, stop_timeout: float) -> None:
+    """Wait for the query to end, or stop it gracefully once ``stop`` is set."""
+    while query.isActive:
+        if query.awaitTermination(0.5):
+            break
+        if stop is not None and stop.is_set():
+            deadline = time.monotonic() + stop_timeout
+            # Let a running micro-batch finish (its Delta writes and checkpoint commit), then stop
+            # before the next one; past the deadline it is abandoned, to be replayed on restart.
+            while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            query.stop()
+            break
+    query.awaitTermination()  # raises StreamingQueryException if the query failed
 
 
 class _LazySink:

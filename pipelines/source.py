@@ -104,15 +104,22 @@ class _Planner:
     def __init__(self, opts: SourceOptions):
         self.opts = opts
         self.codec = opts.codec()
-        self.segments: dict[str, SegmentInfo] = {}
+        self.segments: dict[str, SegmentInfo] = {}  # as of the latest scan
+        self.seen: dict[str, SegmentInfo] = {}  # every segment ever scanned (names deleted ones)
         self.ignored: dict[str, str] = {}
         self.notes: list[str] = []
 
     def scan(self) -> dict[str, SegmentInfo]:
         result = self.codec.scan(self.opts.path)
         self.segments = {s.path: s for s in result.segments}
+        self.seen.update(self.segments)
         self.ignored, self.notes = result.ignored, result.notes
         return self.segments
+
+    def lost(self, path: str, a: int, b: int | None) -> InputPartition:
+        """A partition that reports committed bytes of a deleted segment as lost."""
+        seg = self.seen.get(path)
+        return InputPartition((seg.to_dict() if seg else None, path, a, b, True))
 
     def plan(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         parts: list[InputPartition] = []
@@ -125,32 +132,32 @@ class _Planner:
                 self.scan()
                 seg = self.segments.get(path)
             if seg is None or not os.path.exists(os.path.join(self.opts.path, path)):
-                parts.append(InputPartition((None, path, a, b)))
+                parts.append(self.lost(path, a, b))
                 continue
             cuts = self.codec.split_points(self.opts.path, seg, a, b, self.opts.split_bytes)
             bounds = [a, *cuts, b]
-            parts.extend(InputPartition((seg.to_dict(), path, x, y)) for x, y in zip(bounds, bounds[1:]))
+            parts.extend(InputPartition((seg.to_dict(), path, x, y, False)) for x, y in zip(bounds, bounds[1:]))
         return parts
 
 
 def read_range(opts: SourceOptions, partition: InputPartition) -> Iterator:
     """Decode one planned range into Arrow batches (runs in a Spark task)."""
-    seg_dict, path, a, b = partition.value
-    if seg_dict is not None:
-        seg = SegmentInfo.from_dict(seg_dict)
+    seg_dict, path, a, b, deleted = partition.value
+    seg = SegmentInfo.from_dict(seg_dict) if seg_dict else SegmentInfo(path, os.path.basename(path), None, None, 0, True, None, 0)
+    if not deleted:
         try:
             for res in opts.codec().decode(opts.path, seg, a, b):
                 yield res.batch
             return
         except FileNotFoundError:
             pass
-    else:
-        name = os.path.basename(path)
-        seg = SegmentInfo(path, name, None, None, b, True, None, 0)
     # The file went away (retention) before these committed bytes were read: say so in the
     # quarantine table rather than skip them silently.
     qb = QuarantineBuilder(opts.codec().source_format, seg)
-    qb.add_loss(a, b - a, f"segment deleted before it was read: bytes {a}..{b} are lost")
+    if b is None:
+        qb.add_loss(a, 0, f"segment deleted before it was read: bytes from {a} on are lost (size unknown)")
+    else:
+        qb.add_loss(a, b - a, f"segment deleted before it was read: bytes {a}..{b} are lost")
     yield qb.build()
 
 
@@ -180,12 +187,19 @@ def _offset(positions: dict[str, int]) -> dict:
 
 
 class SegmentStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """``spark.readStream.format("msglake")``: follows appends, rollover, new topics and partitions."""
+    """``spark.readStream.format("msglake")``: follows appends, rollover, new topics and partitions.
+
+    Segments deleted by the broker's retention leave the offsets; if one goes before all its
+    committed bytes were read, the offset of that batch lists it under ``"deleted"`` (visible
+    in the query progress) and the batch carries a quarantine row with the lost range.
+    """
 
     def __init__(self, opts: SourceOptions):
         self.opts = opts
         self.planner = _Planner(opts)
         self._target: dict[str, int] | None = None
+        self._known_end: dict[str, int] = {}  # committed end seen per segment, across scans
+        self._last: dict[str, int] = {}
 
     def initialOffset(self) -> dict:
         return _offset({})
@@ -198,50 +212,72 @@ class SegmentStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {p: s.committed_end for p, s in self.planner.scan().items()}
+        self._target = {p: s.committed_end for p, s in self._scan().items()}
 
-    def _available(self) -> dict[str, int]:
+    def _scan(self) -> dict[str, SegmentInfo]:
         segments = self.planner.scan()
-        ends = {p: s.committed_end for p, s in segments.items()}
-        if self._target is not None:
-            ends = {p: min(e, self._target[p]) for p, e in ends.items() if p in self._target}
-        return ends
+        # Remember committed ends across scans: a segment deleted later is judged by them.
+        for p, seg in segments.items():
+            self._known_end[p] = max(self._known_end.get(p, 0), seg.committed_end)
+        return segments
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begun = _positions(start)
-        out = dict(begun)  # segments that vanished keep their position: offsets never go back
+        segments = self._scan()
+        ends = {p: s.committed_end for p, s in segments.items()}
+        if self._target is not None:
+            ends = {p: min(e, self._target[p]) for p, e in ends.items() if p in self._target}
+        out: dict[str, int] = {}
+        deleted: dict[str, list] = {}
+        for path, pos in begun.items():
+            if path in segments:
+                out[path] = pos
+                continue
+            known = self._known_end.get(path)
+            if known is None or known > pos:  # gone with committed bytes we had not read
+                deleted[path] = [pos, known]
+            # A vanished segment leaves the offsets: nsqd never reuses a file number.
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        if max_rows is None and self.opts.max_records_per_trigger and not isinstance(limit, ReadAllAvailable):
-            max_rows = self.opts.max_records_per_trigger
-        if max_bytes is None and self.opts.max_bytes_per_trigger and not isinstance(limit, ReadAllAvailable):
-            max_bytes = self.opts.max_bytes_per_trigger
-        for path, end in sorted(self._available().items()):
-            a = begun.get(path, 0)
+        if not isinstance(limit, ReadAllAvailable):
+            # One ReadLimit reaches us; apply both configured budgets.
+            max_bytes = max_bytes if max_bytes is not None else self.opts.max_bytes_per_trigger
+            max_rows = max_rows if max_rows is not None else self.opts.max_records_per_trigger
+        for path, end in sorted(ends.items()):
+            a = out.get(path, 0)
+            out[path] = a
             if end <= a:
-                out.setdefault(path, a)
                 continue
             if max_bytes is None and max_rows is None:
                 out[path] = end
                 continue
             if (max_bytes is not None and max_bytes <= 0) or (max_rows is not None and max_rows <= 0):
-                out.setdefault(path, a)
                 continue
-            stop, records = self.planner.codec.advance(
-                self.opts.path, self.planner.segments[path], a, end, max_bytes, max_rows
-            )
+            stop, records = self.planner.codec.advance(self.opts.path, segments[path], a, end, max_bytes, max_rows)
             out[path] = stop
             if max_bytes is not None:
                 max_bytes -= stop - a
             if max_rows is not None:
                 max_rows -= records
-        return _offset(out)
+        self._last = out
+        offset = _offset(out)
+        if deleted:
+            offset["deleted"] = deleted
+        return offset
 
     def reportLatestOffset(self):
-        return _offset(self._available())
+        """Backlog per topic/partition: bytes on disk past the positions of the latest offset."""
+        backlog: dict[str, int] = {}
+        for path, seg in self.planner.segments.items():
+            key = f"{seg.topic}/{seg.partition}" if seg.partition is not None else seg.path
+            backlog[key] = backlog.get(key, 0) + max(seg.file_size - self._last.get(path, 0), 0)
+        return {"version": OFFSET_VERSION, "backlog": dict(sorted(backlog.items()))}
 
     def partitions(self, start: dict, end: dict):
-        return self.planner.plan(_positions(start), _positions(end))
+        parts = self.planner.plan(_positions(start), _positions(end))
+        for path, (a, b) in sorted(end.get("deleted", {}).items()):
+            parts.append(self.planner.lost(path, a, b))
+        return parts
 
     def read(self, partition):
         return read_range(self.opts, partition)
