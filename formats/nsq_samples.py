@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import random
 import struct
+import time
 from dataclasses import dataclass, field
 
 from formats.nsq_writer import NsqQueueWriter, encode_message
@@ -202,3 +203,46 @@ def _after_close(data_path: str, queues: list[_Queue], truth: GroundTruth) -> No
         f.write(b"\x00\x00\x00\x03abc")
     with open(os.path.join(data_path, "orders", "orders-0.diskqueue.000099.dat.rolldata"), "wb") as f:
         f.write(b"rolled back")
+
+
+def write_live(
+    data_path: str,
+    messages: int,
+    *,
+    seed: int = 11,
+    max_bytes_per_file: int = 32 << 10,
+    flush_every: int = 25,
+    torn_every: int = 7,
+    pause: float = 0.005,
+) -> GroundTruth:
+    """Append like a live nsqd, for a reader running at the same time; returns what was written.
+
+    Writes go out in small flushes, some records torn across two flushes (a partial record sits
+    past the committed end for a while), the writer meta is persisted every ``flush_every``
+    messages, segments roll at ``max_bytes_per_file``, and halfway a new partition and a new
+    topic appear. ``storeTimestamp`` is the real append time, so freshness can be measured.
+    """
+    rng = random.Random(seed)
+    truth = GroundTruth()
+    queues = [_Queue(data_path, "live", p, True, truth, max_bytes_per_file) for p in range(2)]
+    for i in range(messages):
+        if i == messages // 2:
+            queues.append(_Queue(data_path, "live", 2, True, truth, max_bytes_per_file))
+            queues.append(_Queue(data_path, "late.topic", 0, True, truth, max_bytes_per_file))
+        q = queues[rng.randrange(len(queues))]
+        trace = str(rng.getrandbits(63))
+        body = b"live-%d-" % i + rng.randbytes(rng.randint(20, 400))
+        header = {"##trace_id": trace, "priority": rng.randint(1, 10)}
+        framed = q.w.frame(body, header=header, timestamp_ns=time.time_ns())
+        w = q.w.put_torn(framed, len(framed) // 2, pause) if i % torn_every == 0 else q.w.put_raw(framed)
+        truth.messages.append(
+            Expected(q.topic, q.partition, w.segment, w.position, w.virtual_offset, str(q.w.next_id - 1), body,
+                     trace, None, header["priority"])
+        )
+        if i % flush_every == flush_every - 1:
+            for other in queues:
+                other.w.flush()
+            time.sleep(pause)
+    for q in queues:
+        q.w.close()
+    return truth

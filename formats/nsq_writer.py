@@ -118,7 +118,11 @@ class NsqQueueWriter:
         self._file = open(path, "ab")
         self.pos = self._file.tell()
 
-    def put(
+    def put(self, body: bytes, **fields) -> Written:
+        """Append one message; ``fields`` as for :meth:`frame`."""
+        return self.put_raw(self.frame(body, **fields))
+
+    def frame(
         self,
         body: bytes,
         *,
@@ -129,9 +133,10 @@ class NsqQueueWriter:
         attempts: int = 0,
         message_id: int | None = None,
         ext: bool | None = None,
-    ) -> Written:
-        """Append one message; a header makes it ext version 4, a tag version 2, else version 0.
+    ) -> bytes:
+        """One message framed as this queue stores it (the next message id is taken).
 
+        A header makes it ext version 4, a tag version 2, else version 0 on an ext topic.
         ``ext=False`` writes a record without the ext flag into an ext topic, as found in
         topics upgraded to ext after they had data.
         """
@@ -159,14 +164,30 @@ class NsqQueueWriter:
             ext_version=version,
             ext_data=data,
         )
-        return self.put_raw(struct.pack(">i", len(msg)) + msg, records=1)
+        return struct.pack(">i", len(msg)) + msg
 
     def put_raw(self, framed: bytes, records: int = 1) -> Written:
         """Append bytes exactly as given (already framed, or deliberately corrupt)."""
-        written = Written(self.segment, self.pos, self.virtual, len(framed))
         self._file.write(framed)
-        self.pos += len(framed)
-        self.virtual += len(framed)
+        return self._advance(len(framed), records)
+
+    def put_torn(self, framed: bytes, cut: int, pause: float = 0.0) -> Written:
+        """Append a framed record in two writes, the first flushed to disk alone.
+
+        This is what readers of a live segment see when nsqd's buffered writer flushes in the
+        middle of a record: a partial record past the committed end, completed later.
+        """
+        self._file.write(framed[:cut])
+        self._file.flush()
+        if pause:
+            time.sleep(pause)
+        self._file.write(framed[cut:])
+        return self._advance(len(framed), 1)
+
+    def _advance(self, size: int, records: int) -> Written:
+        written = Written(self.segment, self.pos, self.virtual, size)
+        self.pos += size
+        self.virtual += size
         self.count += records
         if self.pos >= self.max_bytes:
             self._roll()
