@@ -93,9 +93,21 @@ MESSAGE_SCHEMA = pa.schema(PLACEMENT + OPENMESSAGING + ROCKETMQ_STYLE + PAYLOAD 
 #: Priority of a message whose source gives none (OpenMessaging default).
 DEFAULT_PRIORITY = 5
 
+#: Delta properties shared by the lake's append-heavy tables. A streaming job commits every
+#: few seconds: with Delta's default checkpoint every 10 commits, writing the checkpoint cost
+#: more than the appends between them (measured 2-4 s against 0.3 s per small append).
+APPEND_TABLE_PROPERTIES = {"delta.checkpointInterval": "100"}
+
 MESSAGES_TABLE = TableSpec(
     name="messages",
     schema=MESSAGE_SCHEMA,
     partition_by=("topic", "partition"),
     key=("sourceFormat", "topic", "partition", "segment", "segmentPosition"),
+    properties={
+        **APPEND_TABLE_PROPERTIES,
+        # File statistics only where queries filter (the default, the first 32 columns, took
+        # half of a small append's time).
+        "delta.dataSkippingStatsColumns": "storeTimestamp,bornTimestamp,traceId,messageId,uniqueId,"
+        "queueOffset,segment,segmentPosition,ingestBatchId",
+    },
 )

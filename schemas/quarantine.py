@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from schemas.messages import LINEAGE, TS
+from schemas.messages import APPEND_TABLE_PROPERTIES, LINEAGE, TS
 from schemas.tables import TableSpec
 
 #: Location of a quarantined record. ``topic``/``partition`` are null when the
@@ -30,4 +30,8 @@ QUARANTINE_TABLE = TableSpec(
     schema=QUARANTINE_SCHEMA,
     partition_by=("sourceFormat",),
     key=("sourceFormat", "topic", "partition", "segment", "segmentPosition"),
+    properties={
+        **APPEND_TABLE_PROPERTIES,
+        "delta.dataSkippingStatsColumns": "segment,segmentPosition,quarantinedAt,ingestBatchId",
+    },
 )

@@ -14,7 +14,8 @@ import pytest
 import yaml
 from pyspark.sql import functions as F
 
-from formats.nsq_samples import generate, write_live
+from formats.nsq_samples import Expected, generate, write_live
+from formats.nsq_writer import NsqQueueWriter
 from pipelines import checkpoint as cp
 from pipelines.catalog import TABLES, ensure_table
 from pipelines.sinks import DeltaSink, RunCounts
@@ -103,13 +104,22 @@ def test_live_appends_then_sigterm_stops_cleanly(spark, tmp_path):
     settings = make_settings(tmp_path / "lake", data)
     metrics = tmp_path / "metrics.jsonl"
     result = {}
-    writer = threading.Thread(target=lambda: result.setdefault("truth", write_live(str(data), 1500, pause=0.004)))
+    # A first message, ingested before the live appends start, so they meet a warm job.
+    with NsqQueueWriter(str(data), "warmup", 0) as w:
+        first = w.put(b"warm", timestamp_ns=time.time_ns())
+    # ~15 s of appends: many micro-batches see torn records, fresh segments and new queues.
+    writer = threading.Thread(target=lambda: result.setdefault("truth", write_live(str(data), 1500, pause=0.04)))
     with open(tmp_path / "job.log", "ab") as log:
         proc = start(conf, "--interval", "500 milliseconds", "--metrics-file", str(metrics), log=log)
-        time.sleep(3)
+        deadline = time.monotonic() + 90
+        while not (metrics.exists() and metrics.read_text().strip()):
+            assert time.monotonic() < deadline and proc.poll() is None, "the job did not start"
+            time.sleep(0.2)
         writer.start()
         writer.join()
         truth = result["truth"]
+        truth.messages.append(Expected("warmup", 0, first.segment, first.position, first.virtual_offset, "1",
+                                       b"warm", None, None, 5))
         table = settings.lake.table_path("messages")
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
@@ -124,7 +134,8 @@ def test_live_appends_then_sigterm_stops_cleanly(spark, tmp_path):
     assert "SIGTERM received" in out and "every byte of this run is accounted for" in out
     assert_exactly_once(spark, settings, truth)
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
-    assert records and sum(r["messages"] for r in records) == len(truth.messages)
+    assert len(records) >= 4, "the appends should have spread over several micro-batches"
+    assert sum(r["messages"] for r in records) == len(truth.messages)
     assert all({"messagesPerSecond", "bytesPerSecond", "backlog", "quarantined"} <= set(r) for r in records)
     assert records[-1]["backlogBytes"] == 0 and "late.topic/0" in records[-1]["backlog"]
 
