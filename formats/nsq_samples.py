@@ -32,6 +32,8 @@ class Expected:
     trace_id: str | None
     tags: str | None
     priority: int
+    #: (partition, segment, position) of the first copy, for a producer retry.
+    retry_of: tuple | None = None
 
 
 @dataclass
@@ -95,7 +97,11 @@ def _message(rng: random.Random, i: int, q: _Queue, ts: int) -> None:
             header["expireTime"] = (ts // 1_000_000) + rng.randint(1000, 600000)
         if rng.random() < 0.1:
             header["traceId"] = f"otel-{rng.getrandbits(48):012x}"
-        q.put(body, header=header, ts=ts, priority=header["priority"], trace=header.get("traceId", trace))
+        w = q.put(body, header=header, ts=ts, priority=header["priority"], trace=header.get("traceId", trace))
+        if rng.random() < 0.02:
+            # The producer timed out waiting for the answer and published again: a second copy.
+            q.put(body, header=header, ts=ts + 1000, priority=header["priority"], trace=header.get("traceId", trace))
+            q.truth.messages[-1].retry_of = (q.partition, w.segment, w.position)
     elif kind < 0.75 and q.w.ext:
         q.put(body, tag=rng.choice(["tagA", "tagB"]), ts=ts)
     else:

@@ -127,7 +127,7 @@ def run(
     tables = {spec.name: ensure_table(spark, settings, spec) for spec in (MESSAGES_TABLE, QUARANTINE_TABLE)}
     before = cp.committed_positions(checkpoint)
     counts = RunCounts()
-    sink = _LazySink(src.name, checkpoint, tables, counts)
+    sink = _LazySink(src.name, checkpoint, tables, counts, settings.ingest.dedupWatermarkSeconds)
     listener = None
     if progress is not None:
         progress.counts = counts
@@ -196,12 +196,14 @@ class _LazySink:
     transaction versions of an old one, or Delta would skip its first batches as replays.
     """
 
-    def __init__(self, source: str, checkpoint: str, tables: dict[str, str], counts: RunCounts):
+    def __init__(self, source: str, checkpoint: str, tables: dict[str, str], counts: RunCounts, watermark: int):
         self.source, self.checkpoint, self.tables, self.counts = source, checkpoint, tables, counts
+        self.watermark = watermark
         self._sink: DeltaSink | None = None
 
     def __call__(self, df, batch_id: int) -> None:
         if self._sink is None:
             app_id = f"msglake-ingest:{self.source}:{cp.query_id(self.checkpoint)}"
-            self._sink = DeltaSink(app_id, self.tables[MESSAGES_TABLE.name], self.tables[QUARANTINE_TABLE.name], self.counts)
+            self._sink = DeltaSink(app_id, self.tables[MESSAGES_TABLE.name], self.tables[QUARANTINE_TABLE.name],
+                                   self.counts, self.watermark)
         self._sink(df, batch_id)

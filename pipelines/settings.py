@@ -70,6 +70,8 @@ class SourceSettings(_Strict):
 class IngestSettings(_Strict):
     maxBytesPerTrigger: PositiveInt = 256 << 20
     splitBytes: PositiveInt = 16 << 20
+    #: Mark producer retries arriving within this many seconds of the first copy (0: off).
+    dedupWatermarkSeconds: Annotated[int, Field(ge=0)] = 600
 
 
 class Settings(_Strict):

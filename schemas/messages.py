@@ -65,6 +65,16 @@ LINEAGE = [
     pa.field("ingestBatchId", pa.int64(), nullable=False),
 ]
 
+#: Producer retries (see transforms/dedup.py): not in the OpenMessaging model, added by msglake.
+DEDUP = [
+    pa.field("dedupKey", pa.string()),
+    pa.field(
+        "retryOf",
+        pa.struct([pa.field("partition", pa.int32()), pa.field("segment", pa.string()),
+                   pa.field("segmentPosition", pa.int64())]),
+    ),
+]
+
 DEATH = pa.struct(
     [
         pa.field("queue", pa.string()),
@@ -88,7 +98,7 @@ DERIVED = [
 DECODED_SCHEMA = pa.schema(PLACEMENT + OPENMESSAGING + ROCKETMQ_STYLE + PAYLOAD)
 
 #: The ``messages`` table.
-MESSAGE_SCHEMA = pa.schema(PLACEMENT + OPENMESSAGING + ROCKETMQ_STYLE + PAYLOAD + LINEAGE + DERIVED)
+MESSAGE_SCHEMA = pa.schema(PLACEMENT + OPENMESSAGING + ROCKETMQ_STYLE + PAYLOAD + LINEAGE + DEDUP + DERIVED)
 
 #: Priority of a message whose source gives none (OpenMessaging default).
 DEFAULT_PRIORITY = 5

@@ -25,7 +25,7 @@ def table_keys(spark, path):
         (r.topic, r.partition, r.segment, r.segmentPosition): r
         for r in spark.read.format("delta").load(path)
         .select("topic", "partition", "segment", "segmentPosition", "messageId", "body", "traceId", "tags",
-                "priority", "queueOffset", "storeHost")
+                "priority", "queueOffset", "storeHost", "retryOf")
         .collect()
     }
 
@@ -59,6 +59,8 @@ def test_ingest_twice_with_an_append_between_matches_ground_truth(spark, tmp_pat
         assert (r.messageId, bytes(r.body), r.traceId, r.tags, r.priority) == (
             m.message_id, m.body, m.trace_id, m.tags, m.priority)
         assert r.storeHost == "10.0.0.7:4150"
+        assert (tuple(r.retryOf) if r.retryOf else None) == m.retry_of, key
+    assert sum(1 for m in want.values() if m.retry_of) > 10  # producer retries are in the sample, and marked
     for i, a in enumerate(added):
         r = got[("orders", 1, a.segment, a.position)]
         assert bytes(r.body) == b"appended-%d" % i and r.queueOffset == a.virtual_offset and r.traceId == str(i + 1)

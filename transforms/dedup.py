@@ -1,0 +1,71 @@
+"""Producer retries: the same message published twice, marked (never removed).
+
+A producer that times out waiting for the broker's answer publishes again; the broker then
+stores two copies. Two rows are copies when they share a key:
+
+- ``uniqueId`` (RocketMQ UNIQ_KEY), when the source has one;
+- else, for a message with a ``traceId``: topic + trace id + producer (``bornHost``) + body.
+
+Within ``watermark_seconds`` of the first copy's ``storeTimestamp``, later copies get
+``retryOf`` = the location of the first copy. Replays of the same record are a different
+matter: those never reach the table at all (idempotent writes).
+"""
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, functions as F
+
+RETRY_LOCATION = ("partition", "segment", "segmentPosition")
+
+
+def dedup_key() -> Column:
+    """The copy-identity of a message row (a SHA-256 hex string), or null when it has none."""
+    by_unique = F.sha2(F.concat_ws("|", F.lit("u"), F.col("topic"), F.col("uniqueId")), 256)
+    by_trace = F.sha2(
+        F.concat_ws("|", F.lit("t"), F.col("topic"), F.col("traceId"), F.coalesce(F.col("bornHost"), F.lit("")),
+                    F.sha2(F.col("body"), 256)),
+        256,
+    )
+    return (
+        F.when(F.col("uniqueId").isNotNull(), by_unique)
+        .when(F.col("traceId").isNotNull(), by_trace)
+        .otherwise(F.lit(None).cast("string"))
+    )
+
+
+def _first(df: DataFrame) -> Column:
+    return F.struct(F.col("storeTimestamp").alias("ts"), *[F.col(c) for c in RETRY_LOCATION])
+
+
+def mark_producer_retries(batch: DataFrame, earlier: DataFrame, watermark_seconds: int) -> DataFrame:
+    """Add ``dedupKey`` and ``retryOf`` to a batch of message rows.
+
+    Parameters
+    ----------
+    batch : DataFrame
+        New message rows (unified schema, no ``dedupKey``/``retryOf`` yet).
+    earlier : DataFrame
+        First copies already in the table: ``dedupKey``, ``storeTimestamp`` and the
+        location columns, for keys that may repeat in ``batch`` (the caller limits it to the
+        watermark window).
+    watermark_seconds : int
+        How long after a first copy a later one still counts as its retry.
+    """
+    keyed = batch.withColumn("dedupKey", dedup_key())
+    in_batch = (
+        keyed.where(F.col("dedupKey").isNotNull())
+        .select("dedupKey", _first(keyed).alias("first"))
+        .unionByName(earlier.select("dedupKey", _first(earlier).alias("first")))
+        .groupBy("dedupKey")
+        .agg(F.min("first").alias("first"))  # earliest store time, then location
+    )
+    first = F.col("first")
+    is_self = (first["partition"] == F.col("partition")) & (first["segment"] == F.col("segment")) & (
+        first["segmentPosition"] == F.col("segmentPosition")
+    )
+    within = F.col("storeTimestamp") <= first["ts"] + F.make_interval(secs=F.lit(watermark_seconds))
+    is_retry = first.isNotNull() & ~is_self & within
+    return (
+        keyed.join(in_batch, on="dedupKey", how="left")
+        .withColumn("retryOf", F.when(is_retry, F.struct(*[first[c].alias(c) for c in RETRY_LOCATION])))
+        .drop("first")
+    )
