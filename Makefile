@@ -13,7 +13,7 @@ JAR_EXCLUDES := org.scala-lang,org.apache.hadoop,com.fasterxml.jackson.core,com.
 help:
 	@echo "make demo   - generate sample NSQ segments, ingest them into a local Delta lake, show the result"
 	@echo "make test   - run the test suite"
-	@echo "make bench  - run the ingest benchmark (see benchmarks/)"
+	@echo "make bench  - run the ingest and streaming benchmarks (see benchmarks/)"
 	@echo "make setup  - only create .venv, install msglake and fetch the Delta jars"
 
 $(BIN)/.installed: pyproject.toml
@@ -39,6 +39,7 @@ test: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_ingest.py
+	$(BIN)/python benchmarks/bench_stream.py
 
 clean-demo:
 	rm -rf lake demo-data

@@ -31,3 +31,21 @@ def committed_positions(checkpoint: str) -> dict[str, int]:
     # offsets/N: "v1", batch metadata, then one line per source.
     source = json.loads(lines[2])
     return {k: int(v) for k, v in source.get("segments", {}).items()}
+
+
+def batch_offset(checkpoint: str, batch_id: int) -> dict | None:
+    """The source offset that ends micro-batch ``batch_id`` (None when there is none)."""
+    try:
+        with open(os.path.join(checkpoint, "offsets", str(batch_id))) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return None
+    return json.loads(lines[2])
+
+
+def bytes_moved(start: dict | None, end: dict) -> int:
+    """Segment bytes a micro-batch covers: position advances plus ranges lost to deletion."""
+    begun = (start or {}).get("segments", {})
+    moved = sum(pos - begun.get(path, 0) for path, pos in end.get("segments", {}).items())
+    lost = sum(b - a for a, b in end.get("deleted", {}).values() if b is not None)
+    return moved + lost

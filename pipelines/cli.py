@@ -146,8 +146,9 @@ def cmd_generate(args) -> int:
     started = time.monotonic()
     truth = generate(args.out, args.messages, seed=args.seed, max_bytes_per_file=args.segment_bytes,
                      bad_inputs=not args.no_bad_inputs)
-    print(f"wrote {len(truth.messages):,} messages and {len(truth.quarantined)} corrupt records "
-          f"to {os.path.abspath(args.out)} in {time.monotonic() - started:.1f}s")
+    retries = sum(1 for m in truth.messages if m.retry_of)
+    print(f"wrote {len(truth.messages) - retries:,} messages (+{retries} producer retries) and "
+          f"{len(truth.quarantined)} corrupt records to {os.path.abspath(args.out)} in {time.monotonic() - started:.1f}s")
     return 0
 
 

@@ -33,19 +33,18 @@ class IngestSummary:
     quarantined: int
     quarantined_bytes: int
     seconds: float
-    read_before: int  # bytes behind the checkpoint's committed positions, before the run
-    read_after: int
+    read_bytes: int  # segment bytes this run's micro-batches covered (from their offsets)
+    read_total: int  # bytes of the segments on disk now that the checkpoint has passed
     on_disk: int  # bytes in segment files now
     pending: int  # bytes on disk not read yet (uncommitted tails, data past the writer meta)
-    lost: int  # committed positions in files that no longer exist (retention)
     tables: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     ignored: dict[str, str] = field(default_factory=dict)
 
     @property
     def balanced(self) -> bool:
-        """This run's decoded + quarantined bytes equal the distance the positions moved."""
-        return self.message_bytes + self.quarantined_bytes == self.read_after - self.read_before
+        """This run's decoded + quarantined bytes equal the bytes its offsets covered."""
+        return self.message_bytes + self.quarantined_bytes == self.read_bytes
 
     def lines(self) -> list[str]:
         rate = self.messages / self.seconds if self.seconds > 0 else 0.0
@@ -53,12 +52,11 @@ class IngestSummary:
             f"source {self.source}: {self.batches} batch(es) in {self.seconds:.1f}s",
             f"  decoded      {self.messages:>12,} messages  {self.message_bytes:>14,} bytes  ({rate:,.0f} msg/s)",
             f"  quarantined  {self.quarantined:>12,} records   {self.quarantined_bytes:>14,} bytes",
-            f"  on disk {self.on_disk:,} bytes = read {self.read_after - self.lost:,} + pending {self.pending:,}"
-            + (f"  (plus {self.lost:,} bytes read earlier from files since deleted)" if self.lost else ""),
+            f"  on disk {self.on_disk:,} bytes = read {self.read_total:,} + pending {self.pending:,}",
             "  every byte of this run is accounted for (decoded + quarantined = bytes read)"
             if self.balanced
             else f"  WARNING: decoded + quarantined ({self.message_bytes + self.quarantined_bytes:,}) "
-            f"!= bytes read this run ({self.read_after - self.read_before:,})",
+            f"!= bytes read this run ({self.read_bytes:,})",
         ]
         out += [f"  note: {n}" for n in self.notes]
         if self.ignored:
@@ -84,10 +82,8 @@ def _disk_accounting(src: SourceSettings, positions: dict[str, int]):
     scan = get_codec(src.format, store_host=src.storeHost).scan(os.path.abspath(src.path))
     sizes = {s.path: s.file_size for s in scan.segments}
     on_disk = sum(sizes.values())
-    present = {p: pos for p, pos in positions.items() if p in sizes}
-    lost = sum(pos for p, pos in positions.items() if p not in sizes)
-    pending = on_disk - sum(present.values())
-    return on_disk, pending, lost, scan
+    read = sum(pos for p, pos in positions.items() if p in sizes)
+    return on_disk, read, on_disk - read, scan
 
 
 def ingest(spark, settings: Settings, source: str | None = None) -> IngestSummary:
@@ -125,7 +121,6 @@ def run(
         raise FileNotFoundError(f"sources.{src.name}.path: {os.path.abspath(src.path)} is not a directory")
     checkpoint = settings.lake.checkpoint_path(f"ingest-{src.name}")
     tables = {spec.name: ensure_table(spark, settings, spec) for spec in (MESSAGES_TABLE, QUARANTINE_TABLE)}
-    before = cp.committed_positions(checkpoint)
     counts = RunCounts()
     sink = _LazySink(src.name, checkpoint, tables, counts, settings.ingest.dedupWatermarkSeconds)
     listener = None
@@ -152,8 +147,7 @@ def run(
                 progress.wait_for(max(done))
             spark.streams.removeListener(listener)
     seconds = time.monotonic() - started
-    after = cp.committed_positions(checkpoint)
-    on_disk, pending, lost, scan = _disk_accounting(src, after)
+    on_disk, read_total, pending, scan = _disk_accounting(src, cp.committed_positions(checkpoint))
     return IngestSummary(
         source=src.name,
         batches=len(counts.batches),
@@ -162,11 +156,10 @@ def run(
         quarantined=counts.total("quarantined"),
         quarantined_bytes=counts.total("quarantined_bytes"),
         seconds=seconds,
-        read_before=sum(before.values()),
-        read_after=sum(after.values()),
+        read_bytes=counts.total("read_bytes"),
+        read_total=read_total,
         on_disk=on_disk,
         pending=pending,
-        lost=lost,
         tables=tables,
         notes=scan.notes,
         ignored=scan.ignored,
@@ -206,4 +199,7 @@ class _LazySink:
             app_id = f"msglake-ingest:{self.source}:{cp.query_id(self.checkpoint)}"
             self._sink = DeltaSink(app_id, self.tables[MESSAGES_TABLE.name], self.tables[QUARANTINE_TABLE.name],
                                    self.counts, self.watermark)
-        self._sink(df, batch_id)
+        batch = self._sink(df, batch_id)
+        # The offsets of this batch are in the checkpoint already (written before it ran).
+        end = cp.batch_offset(self.checkpoint, batch_id)
+        batch.read_bytes = cp.bytes_moved(cp.batch_offset(self.checkpoint, batch_id - 1), end) if end else 0

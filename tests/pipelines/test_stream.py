@@ -60,15 +60,15 @@ def assert_exactly_once(spark, settings, truth):
 
 def test_sigkill_anywhere_then_restart_gives_every_message_exactly_once(spark, tmp_path):
     data = tmp_path / "nsq"
-    truth = generate(str(data), 4000, max_bytes_per_file=48 << 10)
-    conf = write_conf(tmp_path, data, maxBytesPerTrigger=90_000, splitBytes=30_000)
+    truth = generate(str(data), 2500, max_bytes_per_file=48 << 10)
+    conf = write_conf(tmp_path, data, maxBytesPerTrigger=120_000, splitBytes=40_000)
     settings = make_settings(tmp_path / "lake", data)
     messages_path = settings.lake.table_path("messages")
     checkpoint = settings.lake.checkpoint_path("ingest-test")
     rng = random.Random(5)
     kills = []
     with open(tmp_path / "job.log", "ab") as log:
-        for attempt in range(4):
+        for attempt in range(3):
             proc = start(conf, "--interval", "200 milliseconds", log=log)
             seen = delta_versions(messages_path)
             deadline = time.monotonic() + 120
@@ -82,10 +82,13 @@ def test_sigkill_anywhere_then_restart_gives_every_message_exactly_once(spark, t
                     time.sleep(0.002)
                 kills.append("after-delta-commit")
             else:
-                # At a random moment once batches flow (decoding, writing, or committing).
-                while time.monotonic() < deadline and proc.poll() is None and delta_versions(messages_path) <= seen:
-                    time.sleep(0.05)
-                time.sleep(rng.uniform(0.0, 1.5))
+                # At a random moment of a micro-batch: once its offsets are logged (decoding,
+                # writing or committing).
+                planned = len(cp._numbered(os.path.join(checkpoint, "offsets")))
+                while time.monotonic() < deadline and proc.poll() is None and \
+                        len(cp._numbered(os.path.join(checkpoint, "offsets"))) <= planned:
+                    time.sleep(0.02)
+                time.sleep(rng.uniform(0.0, 2.0))
                 kills.append("random")
             assert proc.poll() is None, "the job ended before it could be killed; see job.log"
             os.killpg(proc.pid, signal.SIGKILL)
@@ -93,7 +96,7 @@ def test_sigkill_anywhere_then_restart_gives_every_message_exactly_once(spark, t
         final = subprocess.run([sys.executable, "-m", "pipelines.cli", "ingest", "--conf", conf, "--quiet"],
                                stdout=log, stderr=subprocess.STDOUT, timeout=300)
     assert final.returncode == 0, (tmp_path / "job.log").read_text()[-3000:]
-    assert len(kills) == 4
+    assert kills == ["after-delta-commit", "random", "after-delta-commit"]
     assert_exactly_once(spark, settings, truth)
 
 

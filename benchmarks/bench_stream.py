@@ -1,0 +1,147 @@
+"""Streaming figures: sustained ingest of a backlog, and freshness in continuous mode.
+
+    .venv/bin/python benchmarks/bench_stream.py [--backlog 2000000] [--rate 300] [--seconds 40]
+
+1. Backlog: ``--backlog`` messages (bodies 100-1000 B) ingested with the available-now job,
+   in micro-batches bounded by ``maxBytesPerTrigger``: messages/s and MB/s.
+2. Freshness: the streaming job runs with a 1-second trigger while a writer appends
+   ``--rate`` messages/s for ``--seconds`` seconds, flushing the writer meta every 100 ms as
+   nsqd does; per message, freshness = commit time of the Delta version that holds its row -
+   its append time (``storeTimestamp``). Reports p50/p95/max.
+Writes benchmarks/results/stream-<timestamp>.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def commit_times(table_path: str) -> dict[int, float]:
+    """ingestBatchId (the txn version) -> commit time in seconds, from the Delta log."""
+    out = {}
+    log = Path(table_path, "_delta_log")
+    for f in sorted(log.glob("*.json")):
+        txn = ts = None
+        for line in f.read_text().splitlines():
+            action = json.loads(line)
+            if "txn" in action:
+                txn = action["txn"]["version"]
+            if "commitInfo" in action:
+                ts = action["commitInfo"]["timestamp"] / 1000.0
+        if txn is not None and ts is not None:
+            out[txn] = ts
+    return out
+
+
+def settings_for(lake: Path, data: Path, **ingest):
+    from pipelines import settings as S
+
+    doc = S.load(S.DEFAULT_CONF, env={}).model_dump()
+    doc["lake"]["root"] = str(lake)
+    doc["sources"] = [{"name": "bench", "format": "nsq-ext", "path": str(data)}]
+    doc["ingest"].update(ingest)
+    return S.from_dict(doc, "benchmark settings")
+
+
+def backlog(spark, messages: int) -> dict:
+    from formats.nsq_samples import generate
+    from pipelines.ingest import ingest
+
+    data = REPO / "bench-data" / f"nsq-{messages}"
+    if not (data / ".complete").exists():
+        shutil.rmtree(data, ignore_errors=True)
+        truth = generate(str(data), messages, max_bytes_per_file=100 << 20, bad_inputs=False)
+        (data / ".complete").write_text(str(len(truth.messages)))
+    expected = int((data / ".complete").read_text())
+    lake = REPO / "bench-data" / "lake-stream"
+    shutil.rmtree(lake, ignore_errors=True)
+    summary = ingest(spark, settings_for(lake, data))
+    assert summary.messages == expected and summary.balanced
+    mb = summary.message_bytes / 1e6
+    return {"messages": expected, "batches": summary.batches, "seconds": summary.seconds,
+            "messages_per_s": expected / summary.seconds, "mb_per_s": mb / summary.seconds}
+
+
+def freshness(spark, rate: int, seconds: int) -> dict:
+    from formats.nsq_writer import NsqQueueWriter
+    from pipelines.ingest import run
+
+    root = REPO / "bench-data" / "fresh"
+    shutil.rmtree(root, ignore_errors=True)
+    data, lake = root / "nsq", root / "lake"
+    data.mkdir(parents=True)
+    settings = settings_for(lake, data)
+    stop = threading.Event()
+    result = {}
+    job = threading.Thread(target=lambda: result.setdefault(
+        "summary", run(spark, settings, available_now=False, interval="1 second", stop=stop)))
+    with NsqQueueWriter(str(data), "fresh", 0) as w:  # a first message warms the job up
+        w.put(b"warm-up")
+    job.start()
+    table = Path(settings.lake.table_path("messages"))
+    while not (table / "_delta_log").exists() or not commit_times(str(table)):
+        time.sleep(0.2)
+    writers = [NsqQueueWriter(str(data), "fresh", p, first_message_id=10) for p in (1, 2)]
+    total = rate * seconds
+    started = time.monotonic()
+    for i in range(total):
+        writers[i % 2].put(b"fresh-%d-" % i + b"x" * 300, header={"##trace_id": str(i + 1)})
+        due = started + (i + 1) / rate
+        if i % max(rate // 10, 1) == 0:  # nsqd flushes about every 100 ms here
+            for w in writers:
+                w.flush()
+        time.sleep(max(0.0, due - time.monotonic()))
+    for w in writers:
+        w.close()
+    while spark.read.format("delta").load(str(table)).where("topic = 'fresh' AND partition > 0").count() < total:
+        time.sleep(0.5)
+    stop.set()
+    job.join()
+    commits = commit_times(str(table))
+    rows = (spark.read.format("delta").load(str(table)).where("partition > 0")
+            .selectExpr("ingestBatchId", "unix_micros(storeTimestamp) / 1e6 AS appended").collect())
+    lags = sorted(commits[r.ingestBatchId] - r.appended for r in rows)
+    pick = lambda q: lags[min(len(lags) - 1, int(q * len(lags)))]  # noqa: E731
+    return {"rate_per_s": rate, "seconds": seconds, "messages": len(lags), "trigger": "1 second",
+            "freshness_p50_s": pick(0.50), "freshness_p95_s": pick(0.95), "freshness_max_s": lags[-1],
+            "batches": result["summary"].batches}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backlog", type=int, default=2_000_000, help="messages in the backlog run (default 2,000,000)")
+    p.add_argument("--rate", type=int, default=300, help="appends per second in the freshness run (default 300)")
+    p.add_argument("--seconds", type=int, default=40, help="length of the freshness run (default 40)")
+    args = p.parse_args()
+
+    from pipelines.session import build_session
+
+    spark = build_session(settings_for(REPO / "bench-data" / "lake-stream", REPO), app_name="msglake-bench-stream")
+    out = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpus": os.cpu_count()}
+    out["backlog"] = backlog(spark, args.backlog)
+    b = out["backlog"]
+    print(f"backlog: {b['messages']:,} messages in {b['batches']} batches, {b['seconds']:.1f}s: "
+          f"{b['messages_per_s']:,.0f} msg/s, {b['mb_per_s']:.1f} MB/s", flush=True)
+    out["freshness"] = freshness(spark, args.rate, args.seconds)
+    f = out["freshness"]
+    print(f"freshness at {f['rate_per_s']} msg/s, 1 s trigger: p50 {f['freshness_p50_s']:.2f}s, "
+          f"p95 {f['freshness_p95_s']:.2f}s, max {f['freshness_max_s']:.2f}s over {f['messages']:,} messages", flush=True)
+    results = REPO / "benchmarks" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    path = results / f"stream-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    path.write_text(json.dumps(out, indent=2))
+    print(f"wrote {path}")
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
