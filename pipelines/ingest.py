@@ -38,6 +38,10 @@ class IngestSummary:
     on_disk: int  # bytes in segment files now
     pending: int  # bytes on disk not read yet (uncommitted tails, data past the writer meta)
     tables: dict[str, str] = field(default_factory=dict)
+    #: Segment bytes of each micro-batch, in order.
+    batch_bytes: list[int] = field(default_factory=list)
+    #: Segments retention deleted before all their committed bytes were read.
+    deleted_unread: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     ignored: dict[str, str] = field(default_factory=dict)
 
@@ -58,6 +62,9 @@ class IngestSummary:
             else f"  WARNING: decoded + quarantined ({self.message_bytes + self.quarantined_bytes:,}) "
             f"!= bytes read this run ({self.read_bytes:,})",
         ]
+        for path, (a, b) in sorted(self.deleted_unread.items()):
+            lost = f"bytes {a}..{b}" if b is not None else f"bytes from {a} on (size unknown)"
+            out.append(f"  LOST: {path} was deleted before it was read: {lost} (a quarantine row records it)")
         out += [f"  note: {n}" for n in self.notes]
         if self.ignored:
             out.append(f"  {len(self.ignored)} file(s) not read: " + ", ".join(f"{p} ({why})" for p, why in sorted(self.ignored.items())[:5]))
@@ -157,6 +164,8 @@ def run(
         quarantined_bytes=counts.total("quarantined_bytes"),
         seconds=seconds,
         read_bytes=counts.total("read_bytes"),
+        deleted_unread={p: r for b in counts.batches for p, r in b.deleted.items()},
+        batch_bytes=[b.read_bytes for b in sorted(counts.batches, key=lambda b: b.batch_id)],
         read_total=read_total,
         on_disk=on_disk,
         pending=pending,
@@ -203,3 +212,4 @@ class _LazySink:
         # The offsets of this batch are in the checkpoint already (written before it ran).
         end = cp.batch_offset(self.checkpoint, batch_id)
         batch.read_bytes = cp.bytes_moved(cp.batch_offset(self.checkpoint, batch_id - 1), end) if end else 0
+        batch.deleted = (end or {}).get("deleted", {})

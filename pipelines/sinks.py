@@ -26,6 +26,8 @@ class BatchCounts:
     batch_id: int
     #: Segment bytes the batch's offsets cover (set by the job, which knows the checkpoint).
     read_bytes: int = 0
+    #: Segments deleted before all their committed bytes were read: path -> [from, to or None].
+    deleted: dict = field(default_factory=dict)
     messages: int = 0
     message_bytes: int = 0
     quarantined: int = 0

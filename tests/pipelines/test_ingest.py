@@ -83,6 +83,8 @@ def test_small_trigger_budget_runs_several_bounded_batches_with_the_same_result(
     settings = make_settings(tmp_path / "lake", data, maxBytesPerTrigger=100_000, splitBytes=20_000)
     summary = ingest(spark, settings)
     assert summary.batches >= 5 and summary.balanced
+    # Each micro-batch stays within the budget (a record is never split, so at most one more).
+    assert max(summary.batch_bytes) <= 100_000 + 1100 and sum(summary.batch_bytes) == summary.read_bytes
     assert summary.messages == len(truth.messages)
     assert set(table_keys(spark, settings.lake.table_path("messages"))) == set(truth.by_key())
 
