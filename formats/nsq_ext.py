@@ -492,7 +492,7 @@ class NsqExtCodec:
             if seg.whole_file:
                 yield from self._quarantine_file(f, seg, start, end)
                 return
-            pos = start
+            pos, planned_end = start, end
             while pos < end:
                 want = min(end - pos, self.chunk_bytes)
                 f.seek(pos)
@@ -535,6 +535,11 @@ class NsqExtCodec:
                 if next_pos <= pos:  # cannot happen on a boundary end; never spin
                     raise RuntimeError(f"{seg.path}: decoder made no progress at {pos}")
                 pos = next_pos
+            if planned_end > end:
+                qb = QuarantineBuilder(SOURCE_FORMAT, seg)
+                qb.add_loss(end, planned_end - end, f"segment shrank while being read (rolled back?): "
+                                                    f"committed bytes {end}..{planned_end} are gone")
+                yield DecodeResult(qb.build(), planned_end, 0, planned_end - end)
 
     def _quarantine_file(self, f, seg: SegmentInfo, start: int, end: int) -> Iterator[DecodeResult]:
         f.seek(start)

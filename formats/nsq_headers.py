@@ -59,7 +59,9 @@ def load_header(raw: bytes) -> dict:
     if not isinstance(doc, dict):
         raise HeaderError(f"ext header is JSON but not an object ({type(doc).__name__})")
     trace = doc.get(TRACE_KEY)
-    if trace is not None and (not isinstance(trace, str) or not trace.isdigit() or int(trace) > _INT64[1] * 2 + 1):
+    if trace is not None and (
+        not isinstance(trace, str) or not (trace.isascii() and trace.isdigit()) or int(trace) > _INT64[1] * 2 + 1
+    ):
         raise HeaderError(f"{TRACE_KEY} must be a decimal uint64 string, got {trace!r}")
     return doc
 
@@ -102,7 +104,7 @@ def _text_column(values: list) -> pa.Array:
         arr = pa.array(values)
         if arr.type in (pa.string(), pa.null()):
             return arr.cast(pa.string())
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # e.g. an integer past int64
         pass
     return pa.array([None if v is None else as_text(v) for v in values], pa.string())
 

@@ -202,7 +202,7 @@ class SegmentStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last: dict[str, int] = {}
 
     def initialOffset(self) -> dict:
-        return _offset({})
+        return {**_offset({}), "complete": []}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_records_per_trigger is not None:
@@ -229,14 +229,17 @@ class SegmentStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ends = {p: min(e, self._target[p]) for p, e in ends.items() if p in self._target}
         out: dict[str, int] = {}
         deleted: dict[str, list] = {}
+        complete = set(start.get("complete", []))
         for path, pos in begun.items():
             if path in segments:
                 out[path] = pos
                 continue
+            # A vanished segment leaves the offsets (nsqd never reuses a file number). It lost
+            # nothing if it was sealed and fully read; else it went with bytes we had not read,
+            # or (after a restart, nothing remembered) possibly so.
             known = self._known_end.get(path)
-            if known is None or known > pos:  # gone with committed bytes we had not read
+            if path not in complete and (known is None or known > pos):
                 deleted[path] = [pos, known]
-            # A vanished segment leaves the offsets: nsqd never reuses a file number.
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if not isinstance(limit, ReadAllAvailable):
@@ -261,6 +264,8 @@ class SegmentStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 max_rows -= records
         self._last = out
         offset = _offset(out)
+        # Sealed segments read to their end: their later deletion by retention is expected.
+        offset["complete"] = sorted(p for p, pos in out.items() if segments[p].sealed and pos >= segments[p].committed_end)
         if deleted:
             offset["deleted"] = deleted
         return offset

@@ -152,7 +152,8 @@ def test_header_values_of_the_wrong_type_leave_the_column_empty_but_keep_the_hea
     ("raw", "fragment"),
     [(b"tes0", "not valid JSON"), (b"[1]", "not an object"), (b'"s"', "not an object"),
      (b'{"##trace_id":12}', "decimal uint64"), (b'{"##trace_id":"-1"}', "decimal uint64"),
-     (b'{"##trace_id":"18446744073709551616"}', "decimal uint64"), (b"", "not valid JSON")],
+     (b'{"##trace_id":"18446744073709551616"}', "decimal uint64"), (b'{"##trace_id":"\xc2\xb2"}', "decimal uint64"),
+     (b"", "not valid JSON")],
 )
 def test_load_header_rejects(raw, fragment):
     with pytest.raises(HeaderError, match=fragment):
@@ -166,10 +167,11 @@ def test_compression_codes():
 
 def test_mixed_value_types_in_one_column_take_the_exact_path():
     docs = [{"priority": 3}, {"priority": "7"}, {"priority": 2.0}, {"priority": 2.5}, {"priority": True},
-            {"priority": 1 << 40}, {"delayTime": 1 << 70}, {"bornHost": 5}, {}]
+            {"priority": 1 << 40}, {"delayTime": 1 << 70}, {"bornHost": 5}, {"traceId": (1 << 64) - 1}]
     cols = header_columns(docs)
     assert cols["priority"].to_pylist() == [3, 7, 2, None, None, None, None, None, None]
     assert cols["delayTime"].to_pylist()[6] is None and cols["bornHost"].to_pylist()[7] == "5"
+    assert cols["traceId"].to_pylist()[8] == "18446744073709551615"  # nsqd accepts any JSON value
 
 
 # --------------------------------------------------------------------------- bad input
@@ -375,3 +377,18 @@ def test_gather_is_a_view_of_the_right_bytes():
     buf = np.frombuffer(b"0123456789abcdef", np.uint8)
     off, data = gather_slices(buf, np.array([1, 5, 5, 10]), np.array([3, 5, 8, 16]))
     assert off.tolist() == [0, 2, 2, 5, 11] and data.tobytes() == b"12567abcdef"
+
+
+def test_a_segment_that_shrinks_while_read_reports_the_missing_bytes(tmp_path):
+    with NsqQueueWriter(str(tmp_path), "t", 0) as w:
+        for i in range(5):
+            w.put(b"m%d" % i, timestamp_ns=TS)
+    codec = NsqExtCodec()
+    [seg] = codec.scan(str(tmp_path)).segments
+    path = tmp_path / "t" / seg.segment
+    os.truncate(path, 2 * 33)  # two records stay
+    out = pa.Table.from_batches([r.batch for r in codec.decode(str(tmp_path), seg, 0, seg.committed_end)])
+    assert out.filter(pa.compute.is_null(out["reason"])).num_rows == 2
+    [loss] = out.filter(pa.compute.is_valid(out["reason"])).to_pylist()
+    assert (loss["segmentPosition"], loss["recordLength"]) == (66, seg.committed_end - 66)
+    assert "shrank" in loss["reason"]

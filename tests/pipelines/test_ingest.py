@@ -52,6 +52,11 @@ def test_ingest_twice_with_an_append_between_matches_ground_truth(spark, tmp_pat
     assert third.batches == 0 and third.messages == 0 and third.read_bytes == 0
     assert third.read_total + third.pending == third.on_disk and third.pending == truth.pending_bytes
 
+    # Retention removes a sealed segment that was read to its end: expected, nothing is lost.
+    os.remove(data / "orders" / "orders-0.diskqueue.000000.dat")
+    fourth = ingest(spark, settings)
+    assert fourth.deleted_unread == {} and fourth.quarantined == 0 and fourth.balanced
+
     got = table_keys(spark, settings.lake.table_path("messages"))
     want = truth.by_key()
     assert len(got) == len(want) + 25
