@@ -15,6 +15,7 @@ from typing import IO
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from pipelines.checkpoint import bytes_moved
 from pipelines.sinks import RunCounts
 
 
@@ -57,10 +58,10 @@ class ProgressReporter:
     def record(self, progress) -> dict:
         """The metrics record of one progress event (also kept in ``records``)."""
         [src] = progress.sources or [None]
-        start = _positions(src.startOffset if src else None).get("segments", {})
+        start_doc = _positions(src.startOffset if src else None)
         end_doc = _positions(src.endOffset if src else None)
         latest = _positions(src.latestOffset if src else None)
-        consumed = sum(end_doc.get("segments", {}).values()) - sum(start.values())
+        consumed = bytes_moved(start_doc, end_doc)
         seconds = max(progress.durationMs.get("triggerExecution", 0), 1) / 1000.0
         batch = None
         if self.counts is not None:
