@@ -187,9 +187,8 @@ def _after_close(data_path: str, queues: list[_Queue], truth: GroundTruth) -> No
         f.write(partial)
     truth.pending_bytes += len(partial)
     # A queue whose meta files are missing, its live segment ending in a partial record.
-    nometa = NsqQueueWriter(data_path, "nometa", 0, max_bytes_per_file=600)
-    q = _Queue.__new__(_Queue)
-    q.w, q.topic, q.partition, q.truth = nometa, "nometa", 0, truth
+    q = _Queue(data_path, "nometa", 0, True, truth, 600)
+    nometa = q.w
     for n in range(20):
         q.put(b"no meta %d " % n + b"." * 40, ts=BASE_NS + n)
     nometa.close()

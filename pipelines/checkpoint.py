@@ -24,13 +24,8 @@ def _numbered(folder: str) -> list[int]:
 def committed_positions(checkpoint: str) -> dict[str, int]:
     """Byte positions per segment of the last batch the checkpoint marks committed."""
     committed = _numbered(os.path.join(checkpoint, "commits"))
-    if not committed:
-        return {}
-    with open(os.path.join(checkpoint, "offsets", str(committed[-1]))) as f:
-        lines = f.read().splitlines()
-    # offsets/N: "v1", batch metadata, then one line per source.
-    source = json.loads(lines[2])
-    return {k: int(v) for k, v in source.get("segments", {}).items()}
+    source = batch_offset(checkpoint, committed[-1]) if committed else None
+    return {k: int(v) for k, v in (source or {}).get("segments", {}).items()}
 
 
 def batch_offset(checkpoint: str, batch_id: int) -> dict | None:
@@ -40,6 +35,7 @@ def batch_offset(checkpoint: str, batch_id: int) -> dict | None:
             lines = f.read().splitlines()
     except FileNotFoundError:
         return None
+    # offsets/N: "v1", batch metadata, then one line per source.
     return json.loads(lines[2])
 
 

@@ -19,7 +19,8 @@ from pipelines.checkpoint import bytes_moved
 from pipelines.sinks import RunCounts
 
 
-def _positions(offset_json: str | None) -> dict:
+def _offset_doc(offset_json: str | None) -> dict:
+    """An offset as the progress reports it (a JSON string), parsed; {} when absent."""
     if not offset_json:
         return {}
     try:
@@ -58,9 +59,9 @@ class ProgressReporter:
     def record(self, progress) -> dict:
         """The metrics record of one progress event (also kept in ``records``)."""
         [src] = progress.sources or [None]
-        start_doc = _positions(src.startOffset if src else None)
-        end_doc = _positions(src.endOffset if src else None)
-        latest = _positions(src.latestOffset if src else None)
+        start_doc = _offset_doc(src.startOffset if src else None)
+        end_doc = _offset_doc(src.endOffset if src else None)
+        latest = _offset_doc(src.latestOffset if src else None)
         consumed = bytes_moved(start_doc, end_doc)
         seconds = max(progress.durationMs.get("triggerExecution", 0), 1) / 1000.0
         batch = None

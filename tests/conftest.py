@@ -1,8 +1,6 @@
 """One SparkSession for the whole run (it costs ~4 s to start); lakes live under tmp_path."""
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from pipelines import settings as settings_mod

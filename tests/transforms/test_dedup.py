@@ -1,7 +1,7 @@
 import datetime as dt
 
 from chispa import assert_df_equality
-from pyspark.sql import functions as F, types as T
+from pyspark.sql import functions as F
 
 from transforms.dedup import dedup_key, mark_producer_retries
 
