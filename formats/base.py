@@ -82,6 +82,8 @@ class DecodeResult:
     next_position: int  # where the next read of this segment starts
     decoded_bytes: int = 0
     quarantined_bytes: int = 0
+    #: Bytes that hold no record by design (RocketMQ's end-of-file blank): counted, not stored.
+    padding_bytes: int = 0
 
 
 class SegmentCodec(Protocol):
@@ -115,8 +117,13 @@ def gather_slices(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tupl
     lengths = (ends - starts).astype(np.int64)
     offsets = np.zeros(len(starts) + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
-    if len(starts) == 0 or offsets[-1] == 0:
+    total = int(offsets[-1]) if len(starts) else 0
+    if total == 0:
         return offsets, np.zeros(0, dtype=np.uint8)
+    if total * 4 < len(buf):
+        # Few bytes out of a large buffer (topics, properties): index only the bytes taken.
+        shift = np.repeat(starts - offsets[:-1], lengths)
+        return offsets, buf[np.arange(total) + shift]
     # A keep-mask built from run lengths: (gap, slice) pairs, then the tail after the last slice.
     gaps = starts - np.concatenate(([0], ends[:-1]))
     runs = np.empty(2 * len(starts) + 1, dtype=np.int64)
@@ -139,6 +146,47 @@ def be_uint(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
     idx = np.minimum(at[:, None] + np.arange(width), len(buf) - 1)  # short records read in bounds; masked later
     raw = np.ascontiguousarray(buf[idx])
     return raw.view(f">u{width}").reshape(-1).astype(np.uint64 if width == 8 else np.int64)
+
+
+def be_int(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    """Big-endian signed integers (two's complement) of ``width`` bytes at positions ``at``, as int64.
+
+    Positions outside ``buf`` read clamped bytes (callers mask those rows).
+
+    >>> be_int(np.frombuffer(b"\\xff\\xfe\\x00\\x01", np.uint8), np.array([0, 2]), 2).tolist()
+    [-2, 1]
+    """
+    idx = np.clip(at[:, None] + np.arange(width), 0, max(len(buf) - 1, 0))
+    raw = np.ascontiguousarray(buf[idx]) if len(buf) else np.zeros((len(at), width), np.uint8)
+    return raw.view(f">i{width}").reshape(-1).astype(np.int64)
+
+
+def scatter(arr: pa.Array, where: np.ndarray, n: int) -> pa.Array:
+    """Spread ``arr`` (one value per row in ``where``) over ``n`` rows, null elsewhere."""
+    if len(where) == n:
+        return arr
+    idx = np.zeros(n, np.int64)
+    idx[where] = np.arange(len(where))
+    missing = np.ones(n, np.bool_)
+    missing[where] = False
+    return arr.take(pa.array(idx, mask=missing))
+
+
+_HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)
+
+
+def hex_upper(matrix: np.ndarray) -> pa.Array:
+    """Each row of a ``(n, k)`` uint8 matrix as a ``2k``-character upper-case hex string.
+
+    >>> hex_upper(np.array([[0x64, 0x51], [0, 255]], np.uint8)).to_pylist()
+    ['6451', '00FF']
+    """
+    n, k = matrix.shape
+    out = np.empty((n, 2 * k), np.uint8)
+    out[:, 0::2] = _HEX[matrix >> 4]
+    out[:, 1::2] = _HEX[matrix & 15]
+    offsets = np.arange(0, 2 * k * (n + 1), 2 * k, dtype=np.int32)
+    return binary_array(offsets, out.reshape(-1), pa.string())
 
 
 def source_batch(columns: dict[str, pa.Array], n: int) -> pa.RecordBatch:
@@ -208,6 +256,24 @@ class QuarantineBuilder:
         )
 
 
+def padding_batch(source_format: str, seg: SegmentInfo, position: int, length: int) -> pa.RecordBatch:
+    """One accounting row for bytes that hold no record by design (an end-of-file blank).
+
+    It has neither a ``reason`` nor a ``messageId``: the sink counts it and writes it nowhere.
+    """
+    return source_batch(
+        {
+            "topic": pa.array([seg.topic], pa.string()),
+            "partition": pa.array([seg.partition], pa.int32()),
+            "sourceFormat": pa.array([source_format]),
+            "segment": pa.array([seg.segment]),
+            "segmentPosition": pa.array([position], pa.int64()),
+            "recordLength": pa.array([length], pa.int64()),
+        },
+        1,
+    )
+
+
 @dataclass
 class RootDecode:
     """Everything committed under a source root, decoded without Spark."""
@@ -216,10 +282,11 @@ class RootDecode:
     scan: ScanResult
     decoded_bytes: int
     quarantined_bytes: int
+    padding_bytes: int = 0
 
     @property
     def messages(self) -> pa.Table:
-        return self.table.filter(pa.compute.is_null(self.table["reason"]))
+        return self.table.filter(pa.compute.is_valid(self.table["messageId"]))
 
     @property
     def quarantined(self) -> pa.Table:
@@ -229,11 +296,12 @@ class RootDecode:
 def decode_root(codec: SegmentCodec, root: str) -> RootDecode:
     """Scan ``root`` and decode every committed byte of every segment (tests, benchmarks, tools)."""
     scan = codec.scan(root)
-    batches, decoded, quarantined = [], 0, 0
+    batches, decoded, quarantined, padding = [], 0, 0, 0
     for seg in scan.segments:
         for res in codec.decode(root, seg, 0, seg.committed_end):
             batches.append(res.batch)
             decoded += res.decoded_bytes
             quarantined += res.quarantined_bytes
+            padding += res.padding_bytes
     table = pa.Table.from_batches(batches, schema=SOURCE_SCHEMA)
-    return RootDecode(table, scan, decoded, quarantined)
+    return RootDecode(table, scan, decoded, quarantined, padding)

@@ -31,6 +31,7 @@ from formats.base import (
     be_uint,
     binary_array,
     gather_slices,
+    scatter,
     source_batch,
 )
 from formats import nsq_headers as H
@@ -125,17 +126,6 @@ def _walk(mm, start: int, end: int, every: int | None):
 
 
 # ----------------------------------------------------------------------------- decode
-
-
-def _scatter(arr: pa.Array, where: np.ndarray, n: int) -> pa.Array:
-    """Spread ``arr`` (one value per row in ``where``) over ``n`` rows, null elsewhere."""
-    if len(where) == n:
-        return arr
-    idx = np.zeros(n, np.int64)
-    idx[where] = np.arange(len(where))
-    missing = np.ones(n, np.bool_)
-    missing[where] = False
-    return arr.take(pa.array(idx, mask=missing))
 
 
 @dataclass
@@ -242,7 +232,7 @@ def decode_chunk(
     tag_where = row_index[np.asarray(tag_rows, np.int64)]
 
     hc = H.header_columns(docs)
-    columns = {k: _scatter(v, doc_where, m) for k, v in hc.items() if k not in ("headers", "properties")}
+    columns = {k: scatter(v, doc_where, m) for k, v in hc.items() if k not in ("headers", "properties")}
     if len(docs) == m:
         columns["headers"], columns["properties"] = hc["headers"], hc["properties"]
     else:
@@ -254,7 +244,7 @@ def decode_chunk(
     columns["traceId"] = pc.coalesce(
         columns["traceId"], pa.array(trace_rows, pa.uint64(), mask=trace_rows == 0).cast(pa.string())
     )
-    columns["tags"] = pc.coalesce(columns["tags"], _scatter(pa.array(tags_v2, pa.string()), tag_where, m))
+    columns["tags"] = pc.coalesce(columns["tags"], scatter(pa.array(tags_v2, pa.string()), tag_where, m))
 
     body_off, body_data = gather_slices(buf, body_start[rows], rec_end[rows])
     positions = base + pos[rows]
@@ -275,6 +265,7 @@ def decode_chunk(
             "body": binary_array(body_off, body_data),
             "bodySize": pa.array(np.diff(body_off).astype(np.int32)),
             "recordLength": pa.array(n[rows] + 4),
+            "systemCopy": pa.array(np.zeros(m, np.bool_)),  # NSQ keeps no internal copies
         }
     )
     return ChunkDecode(source_batch(columns, m), int((n[rows] + 4).sum()))

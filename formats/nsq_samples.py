@@ -10,48 +10,12 @@ import os
 import random
 import struct
 import time
-from dataclasses import dataclass, field
 
 from formats.nsq_writer import NsqQueueWriter, encode_message
+from formats.samples import Expected, ExpectedQuarantine, GroundTruth
 
-BASE_NS = 1_793_500_000_000_000_000  # 2026-11-01T00:00:00Z, fixed so runs repeat exactly
+BASE_NS = 1_793_500_000_000_000_000  # 2026-11-01T02:26:40Z, fixed so runs repeat exactly
 TOPICS = (("orders", 2, True), ("payments", 1, True), ("audit.log-v2", 1, False))
-
-
-@dataclass
-class Expected:
-    """One message the generator wrote."""
-
-    topic: str
-    partition: int
-    segment: str
-    position: int
-    virtual_offset: int
-    message_id: str
-    body: bytes
-    trace_id: str | None
-    tags: str | None
-    priority: int
-    #: (partition, segment, position) of the first copy, for a producer retry.
-    retry_of: tuple | None = None
-
-
-@dataclass
-class ExpectedQuarantine:
-    segment: str
-    position: int
-    length: int
-    reason: str  # a fragment of the reason the decoder must give
-
-
-@dataclass
-class GroundTruth:
-    messages: list[Expected] = field(default_factory=list)
-    quarantined: list[ExpectedQuarantine] = field(default_factory=list)
-    pending_bytes: int = 0
-
-    def by_key(self) -> dict[tuple, Expected]:
-        return {(m.topic, m.partition, m.segment, m.position): m for m in self.messages}
 
 
 class _Queue:

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import os
 
-from schemas import MESSAGES_TABLE, QUARANTINE_TABLE, TableSpec
+from schemas import CONSUMER_OFFSETS_TABLE, MESSAGES_TABLE, QUARANTINE_TABLE, TableSpec
 from schemas.spark import to_spark
 from pipelines.settings import Settings
 
 #: Tables of the lake, in the order they are created.
-TABLES: tuple[TableSpec, ...] = (MESSAGES_TABLE, QUARANTINE_TABLE)
+TABLES: tuple[TableSpec, ...] = (MESSAGES_TABLE, QUARANTINE_TABLE, CONSUMER_OFFSETS_TABLE)
 
 
 def ensure_table(spark, settings: Settings, spec: TableSpec) -> str:
@@ -22,8 +22,18 @@ def ensure_table(spark, settings: Settings, spec: TableSpec) -> str:
     for k, v in spec.properties.items():
         builder = builder.property(k, v)
     builder.execute()
+    _add_new_columns(spark, spec, path)
     _register(spark, spec.name, path)
     return path
+
+
+def _add_new_columns(spark, spec: TableSpec, path: str) -> None:
+    """Add the columns a newer msglake defines to a table an older one created (all nullable)."""
+    have = set(spark.read.format("delta").load(path).columns)
+    missing = [f for f in to_spark(spec.schema).fields if f.name not in have]
+    if missing:
+        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
 
 
 def _register(spark, name: str, path: str) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from formats.registry import get_codec
 from pipelines import checkpoint as cp
 from pipelines.catalog import ensure_table
+from pipelines.offsets import ConsumerOffsetRecorder
 from pipelines.progress import ProgressReporter
 from pipelines.settings import Settings, SourceSettings
 from pipelines.sinks import DeltaSink, RunCounts
@@ -44,11 +45,15 @@ class IngestSummary:
     deleted_unread: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     ignored: dict[str, str] = field(default_factory=dict)
+    #: Bytes that hold no record by design (RocketMQ's end-of-file blanks).
+    padding_bytes: int = 0
+    #: Rows of consumer-offset snapshots written (RocketMQ stores with config/consumerOffset.json).
+    offset_rows: int = 0
 
     @property
     def balanced(self) -> bool:
-        """This run's decoded + quarantined bytes equal the bytes its offsets covered."""
-        return self.message_bytes + self.quarantined_bytes == self.read_bytes
+        """This run's decoded + quarantined (+ padding) bytes equal the bytes its offsets covered."""
+        return self.message_bytes + self.quarantined_bytes + self.padding_bytes == self.read_bytes
 
     def lines(self) -> list[str]:
         rate = self.messages / self.seconds if self.seconds > 0 else 0.0
@@ -56,15 +61,19 @@ class IngestSummary:
             f"source {self.source}: {self.batches} batch(es) in {self.seconds:.1f}s",
             f"  decoded      {self.messages:>12,} messages  {self.message_bytes:>14,} bytes  ({rate:,.0f} msg/s)",
             f"  quarantined  {self.quarantined:>12,} records   {self.quarantined_bytes:>14,} bytes",
+            *([f"  end-of-file padding (no records)   {self.padding_bytes:>14,} bytes"] if self.padding_bytes else []),
             f"  on disk {self.on_disk:,} bytes = read {self.read_total:,} + pending {self.pending:,}",
-            "  every byte of this run is accounted for (decoded + quarantined = bytes read)"
+            "  every byte of this run is accounted for (decoded + quarantined + padding = bytes read)"
             if self.balanced
-            else f"  WARNING: decoded + quarantined ({self.message_bytes + self.quarantined_bytes:,}) "
+            else f"  WARNING: decoded + quarantined + padding "
+            f"({self.message_bytes + self.quarantined_bytes + self.padding_bytes:,}) "
             f"!= bytes read this run ({self.read_bytes:,})",
         ]
         for path, (a, b) in sorted(self.deleted_unread.items()):
             lost = f"bytes {a}..{b}" if b is not None else f"bytes from {a} on (size unknown)"
             out.append(f"  LOST: {path} was deleted before it was read: {lost} (a quarantine row records it)")
+        if self.offset_rows:
+            out.append(f"  consumer offsets: {self.offset_rows:,} rows snapshotted into consumer_offsets")
         out += [f"  note: {n}" for n in self.notes]
         if self.ignored:
             out.append(f"  {len(self.ignored)} file(s) not read: " + ", ".join(f"{p} ({why})" for p, why in sorted(self.ignored.items())[:5]))
@@ -80,13 +89,13 @@ def source_reader(spark, settings: Settings, src: SourceSettings):
         .option("maxBytesPerTrigger", src.maxBytesPerTrigger or settings.ingest.maxBytesPerTrigger)
         .option("splitBytes", settings.ingest.splitBytes)
     )
-    if src.storeHost:
-        reader = reader.option("storeHost", src.storeHost)
+    for key, value in src.options().items():
+        reader = reader.option(key, str(value).lower() if isinstance(value, bool) else value)
     return reader.load()
 
 
 def _disk_accounting(src: SourceSettings, positions: dict[str, int]):
-    scan = get_codec(src.format, store_host=src.storeHost).scan(os.path.abspath(src.path))
+    scan = get_codec(src.format, **src.codec_kwargs()).scan(os.path.abspath(src.path))
     sizes = {s.path: s.file_size for s in scan.segments}
     on_disk = sum(sizes.values())
     read = sum(pos for p, pos in positions.items() if p in sizes)
@@ -129,7 +138,8 @@ def run(
     checkpoint = settings.lake.checkpoint_path(f"ingest-{src.name}")
     tables = {spec.name: ensure_table(spark, settings, spec) for spec in (MESSAGES_TABLE, QUARANTINE_TABLE)}
     counts = RunCounts()
-    sink = _LazySink(src.name, checkpoint, tables, counts, settings.ingest.dedupWatermarkSeconds)
+    offsets = ConsumerOffsetRecorder(spark, settings, src) if src.format == "rocketmq-commitlog" else None
+    sink = _LazySink(src.name, checkpoint, tables, counts, settings.ingest.dedupWatermarkSeconds, offsets)
     listener = None
     if progress is not None:
         progress.counts = counts
@@ -153,6 +163,8 @@ def run(
             if done:
                 progress.wait_for(max(done))
             spark.streams.removeListener(listener)
+    if offsets is not None:
+        offsets.record()  # consumers may have moved even when no message arrived
     seconds = time.monotonic() - started
     on_disk, read_total, pending, scan = _disk_accounting(src, cp.committed_positions(checkpoint))
     return IngestSummary(
@@ -162,6 +174,7 @@ def run(
         message_bytes=counts.total("message_bytes"),
         quarantined=counts.total("quarantined"),
         quarantined_bytes=counts.total("quarantined_bytes"),
+        padding_bytes=counts.total("padding_bytes"),
         seconds=seconds,
         read_bytes=counts.total("read_bytes"),
         deleted_unread={p: r for b in counts.batches for p, r in b.deleted.items()},
@@ -170,8 +183,9 @@ def run(
         on_disk=on_disk,
         pending=pending,
         tables=tables,
-        notes=scan.notes,
+        notes=scan.notes + (offsets.problems if offsets is not None else []),
         ignored=scan.ignored,
+        offset_rows=offsets.rows_written if offsets is not None else 0,
     )
 
 
@@ -198,9 +212,11 @@ class _LazySink:
     transaction versions of an old one, or Delta would skip its first batches as replays.
     """
 
-    def __init__(self, source: str, checkpoint: str, tables: dict[str, str], counts: RunCounts, watermark: int):
+    def __init__(self, source: str, checkpoint: str, tables: dict[str, str], counts: RunCounts, watermark: int,
+                 offsets: ConsumerOffsetRecorder | None = None):
         self.source, self.checkpoint, self.tables, self.counts = source, checkpoint, tables, counts
         self.watermark = watermark
+        self.offsets = offsets
         self._sink: DeltaSink | None = None
 
     def __call__(self, df, batch_id: int) -> None:
@@ -213,3 +229,5 @@ class _LazySink:
         end = cp.batch_offset(self.checkpoint, batch_id)
         batch.read_bytes = cp.bytes_moved(cp.batch_offset(self.checkpoint, batch_id - 1), end) if end else 0
         batch.deleted = (end or {}).get("deleted", {})
+        if self.offsets is not None:
+            self.offsets.record()

@@ -11,13 +11,15 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from formats.registry import CODECS, OPTION_NAMES, inapplicable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONF = REPO_ROOT / "conf" / "base" / "msglake.yaml"
 LOCAL_CONF = REPO_ROOT / "conf" / "local" / "msglake.yaml"
 
-FORMATS = ("nsq-ext",)
+FORMATS = tuple(CODECS)
 
 
 class SettingsError(ValueError):
@@ -53,11 +55,23 @@ PositiveInt = Annotated[int, Field(gt=0)]
 
 
 class SourceSettings(_Strict):
+    """One broker data folder to ingest.
+
+    ``path`` is an nsqd ``--data-path`` (``nsq-ext``) or a RocketMQ store root or its
+    ``commitlog`` folder (``rocketmq-commitlog``). Format options: ``storeHost`` (nsq-ext:
+    the broker address the segments do not record); ``delayLevels`` (the broker's
+    ``messageDelayLevel``), ``decompress``, ``fileSize`` and ``verifyCrc`` (rocketmq-commitlog).
+    """
+
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
     format: Literal[FORMATS]  # type: ignore[valid-type]
     path: str
-    storeHost: str | None = None
     maxBytesPerTrigger: PositiveInt | None = None
+    storeHost: str | None = None
+    delayLevels: str | None = None
+    decompress: bool | None = None
+    fileSize: PositiveInt | None = None
+    verifyCrc: bool | None = None
 
     @field_validator("storeHost")
     @classmethod
@@ -65,6 +79,30 @@ class SourceSettings(_Strict):
         if v is not None and not re.match(r"^\[?[0-9A-Za-z.:-]+\]?:\d{1,5}$", v):
             raise ValueError(f"expected host:port, got {v!r}")
         return v
+
+    @field_validator("delayLevels")
+    @classmethod
+    def _levels(cls, v: str | None) -> str | None:
+        if v is not None:
+            from formats.rocketmq_layout import parse_delay_levels
+
+            parse_delay_levels(v)
+        return v
+
+    @model_validator(mode="after")
+    def _options_fit_the_format(self) -> "SourceSettings":
+        wrong = inapplicable(self.format, self.options())
+        if wrong:
+            raise ValueError(f"{', '.join(wrong)}: not an option of format {self.format!r}")
+        return self
+
+    def options(self) -> dict:
+        """The format options that are set, by their settings names."""
+        return {k: getattr(self, k) for k in OPTION_NAMES if getattr(self, k) is not None}
+
+    def codec_kwargs(self) -> dict:
+        """The same options as codec keyword arguments."""
+        return {OPTION_NAMES[k]: v for k, v in self.options().items()}
 
 
 class IngestSettings(_Strict):

@@ -32,6 +32,8 @@ class BatchCounts:
     message_bytes: int = 0
     quarantined: int = 0
     quarantined_bytes: int = 0
+    #: Bytes that hold no record by design (end-of-file blanks): counted, written nowhere.
+    padding_bytes: int = 0
 
 
 @dataclass
@@ -54,6 +56,15 @@ _DEDUP_NULLS = to_spark(pa.schema(DEDUP))
 _QUARANTINE_COLUMNS = [f.name for f in QUARANTINE_LOCATION] + [f.name for f in QUARANTINE_DETAIL if f.name != "quarantinedAt"]
 
 
+def row_kind():
+    """``decoded``, ``quarantined`` or ``padding`` (an accounting row: no reason, no message id)."""
+    return (
+        F.when(F.col("reason").isNotNull(), F.lit("quarantined"))
+        .when(F.col("messageId").isNull(), F.lit("padding"))
+        .otherwise(F.lit("decoded"))
+    )
+
+
 def split_batch(df: DataFrame, batch_id: int, earlier: DataFrame | None = None,
                 watermark_seconds: int = 0) -> tuple[DataFrame, DataFrame]:
     """Source rows -> (messages rows, quarantine rows), each in its table's column order.
@@ -64,7 +75,7 @@ def split_batch(df: DataFrame, batch_id: int, earlier: DataFrame | None = None,
     now = F.current_timestamp()
     batch = F.lit(batch_id).cast("bigint")
     is_quarantined = F.col("reason").isNotNull()
-    decoded = df.where(~is_quarantined).select(*DECODED_SCHEMA.names)
+    decoded = df.where(row_kind() == "decoded").select(*DECODED_SCHEMA.names)
     if earlier is not None and watermark_seconds > 0:
         decoded = mark_producer_retries(decoded, earlier, watermark_seconds)
     else:
@@ -142,16 +153,18 @@ class DeltaSink:
         counts = BatchCounts(batch_id)
         since = None
         for row in (
-            df.groupBy(F.col("reason").isNull().alias("decoded"))
+            df.groupBy(row_kind().alias("kind"))
             .agg(F.count(F.lit(1)).alias("rows"), F.sum("recordLength").alias("bytes"),
                  F.min("storeTimestamp").alias("since"))
             .collect()
         ):
-            if row["decoded"]:
+            if row["kind"] == "decoded":
                 counts.messages, counts.message_bytes = row["rows"], int(row["bytes"] or 0)
                 since = row["since"]
-            else:
+            elif row["kind"] == "quarantined":
                 counts.quarantined, counts.quarantined_bytes = row["rows"], int(row["bytes"] or 0)
+            else:
+                counts.padding_bytes = int(row["bytes"] or 0)
         earlier = self._earlier(df.sparkSession, since) if self.watermark > 0 and since is not None else None
         messages, quarantine = split_batch(df, batch_id, earlier, self.watermark)
         if counts.messages:

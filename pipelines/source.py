@@ -26,12 +26,15 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from formats.base import QuarantineBuilder, SegmentInfo
-from formats.registry import get_codec
+from formats.registry import OPTION_NAMES, get_codec, inapplicable
 from schemas.source import SOURCE_SCHEMA
 from schemas.spark import to_spark
 
 OFFSET_VERSION = 1
-KNOWN_OPTIONS = {"path", "format", "storehost", "maxbytespertrigger", "maxrecordspertrigger", "splitbytes"}
+#: Options of the source itself; the codec's options (``storeHost``, ``delayLevels``, ...) come
+#: from :data:`formats.registry.OPTION_NAMES`.
+SOURCE_OPTIONS = {"path", "format", "maxbytespertrigger", "maxrecordspertrigger", "splitbytes"}
+_CODEC_OPTIONS = {k.lower(): k for k in OPTION_NAMES}
 
 
 @dataclass(frozen=True)
@@ -40,17 +43,19 @@ class SourceOptions:
 
     path: str
     format: str
-    store_host: str | None = None
     max_bytes_per_trigger: int | None = None
     max_records_per_trigger: int | None = None
     split_bytes: int = 16 << 20
+    #: Codec keyword arguments, as sorted (name, value) pairs.
+    codec_options: tuple = ()
 
     @classmethod
     def parse(cls, options) -> "SourceOptions":
         opts = {k.lower(): v for k, v in dict(options).items()}
-        unknown = sorted(set(opts) - KNOWN_OPTIONS)
+        unknown = sorted(set(opts) - SOURCE_OPTIONS - set(_CODEC_OPTIONS))
         if unknown:
-            raise ValueError(f"msglake source: unknown option(s) {unknown}; known: {sorted(KNOWN_OPTIONS)}")
+            known = sorted(SOURCE_OPTIONS | set(_CODEC_OPTIONS))
+            raise ValueError(f"msglake source: unknown option(s) {unknown}; known: {known}")
         if not opts.get("path"):
             raise ValueError("msglake source: option 'path' (the segment root folder) is required")
         if not opts.get("format"):
@@ -68,17 +73,34 @@ class SourceOptions:
                 raise ValueError(f"msglake source: option '{key}' must be a positive integer, got {v}")
             return v
 
+        given = {_CODEC_OPTIONS[k]: v for k, v in opts.items() if k in _CODEC_OPTIONS and v not in (None, "")}
+        wrong = inapplicable(opts["format"], given)
+        if wrong:
+            raise ValueError(f"msglake source: option(s) {wrong} do not apply to format {opts['format']!r}")
+        codec = {}
+        for key, value in given.items():
+            if key in ("decompress", "verifyCrc"):
+                if str(value).lower() not in ("true", "false"):
+                    raise ValueError(f"msglake source: option '{key}' must be true or false, got {value!r}")
+                value = str(value).lower() == "true"
+            elif key == "fileSize":
+                value = positive(key.lower())
+            codec[OPTION_NAMES[key]] = value
+        try:
+            get_codec(opts["format"], **codec)  # the codec checks its values (a delay table that does not parse)
+        except ValueError as e:
+            raise ValueError(f"msglake source: {e}") from None
         return cls(
             path=os.path.abspath(opts["path"]),
             format=opts["format"],
-            store_host=opts.get("storehost") or None,
             max_bytes_per_trigger=positive("maxbytespertrigger"),
             max_records_per_trigger=positive("maxrecordspertrigger"),
             split_bytes=positive("splitbytes") or 16 << 20,
+            codec_options=tuple(sorted(codec.items())),
         )
 
     def codec(self):
-        return get_codec(self.format, store_host=self.store_host)
+        return get_codec(self.format, **dict(self.codec_options))
 
 
 class MsglakeDataSource(DataSource):

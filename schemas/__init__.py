@@ -8,11 +8,14 @@ from schemas.messages import (
     MESSAGE_SCHEMA,
     MESSAGES_TABLE,
 )
+from schemas.offsets import CONSUMER_OFFSETS_SCHEMA, CONSUMER_OFFSETS_TABLE
 from schemas.quarantine import QUARANTINE_SCHEMA, QUARANTINE_TABLE
 from schemas.source import SOURCE_SCHEMA
 from schemas.tables import TableSpec
 
 __all__ = [
+    "CONSUMER_OFFSETS_SCHEMA",
+    "CONSUMER_OFFSETS_TABLE",
     "DECODED_SCHEMA",
     "MESSAGE_SCHEMA",
     "MESSAGES_TABLE",

@@ -51,6 +51,13 @@ ROCKETMQ_STYLE = [
     pa.field("flag", pa.int32()),
     pa.field("sysFlag", pa.int32()),
     pa.field("bodyCrc", pa.int32()),
+    # Not in the spec's table, added by msglake (spec semantics.md §6 and rocketmq-commitlog.md §5.4):
+    #: True for a broker-internal copy (RocketMQ system topics such as SCHEDULE_TOPIC_XXXX).
+    pa.field("systemCopy", pa.bool_()),
+    #: RocketMQ SYSFLAG transaction bits: PREPARED, COMMIT, ROLLBACK; null when not transactional.
+    pa.field("transactionState", pa.string()),
+    #: RocketMQ PREPAREDTRANSACTIONOFFSET: for a COMMIT record, the half message's physical offset.
+    pa.field("preparedTransactionOffset", pa.int64()),
 ]
 
 PAYLOAD = [

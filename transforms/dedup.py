@@ -3,7 +3,9 @@
 A producer that times out waiting for the broker's answer publishes again; the broker then
 stores two copies. Two rows are copies when they share a key:
 
-- ``uniqueId`` (RocketMQ UNIQ_KEY), when the source has one;
+- ``uniqueId`` (RocketMQ UNIQ_KEY) with ``deliveryCount``, when the source has one (a
+  consumer retry carries the same UNIQ_KEY with RECONSUMETIMES + 1: a new delivery, not a
+  copy; semantics.md §6);
 - else, for a message with a ``traceId``: topic + trace id + producer (``bornHost``) + body.
 
 Within ``watermark_seconds`` of the first copy's ``storeTimestamp``, later copies get
@@ -19,7 +21,9 @@ RETRY_LOCATION = ("partition", "segment", "segmentPosition")
 
 def dedup_key() -> Column:
     """The copy-identity of a message row (a SHA-256 hex string), or null when it has none."""
-    by_unique = F.sha2(F.concat_ws("|", F.lit("u"), F.col("topic"), F.col("uniqueId")), 256)
+    by_unique = F.sha2(
+        F.concat_ws("|", F.lit("u"), F.col("topic"), F.col("uniqueId"), F.col("deliveryCount").cast("string")), 256
+    )
     by_trace = F.sha2(
         F.concat_ws("|", F.lit("t"), F.col("topic"), F.col("traceId"), F.coalesce(F.col("bornHost"), F.lit("")),
                     F.sha2(F.col("body"), 256)),

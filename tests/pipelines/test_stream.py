@@ -14,7 +14,8 @@ import pytest
 import yaml
 from pyspark.sql import functions as F
 
-from formats.nsq_samples import Expected, generate, write_live
+from formats.nsq_samples import generate, write_live
+from formats.samples import Expected
 from formats.nsq_writer import NsqQueueWriter
 from pipelines import checkpoint as cp
 from pipelines.catalog import TABLES, ensure_table

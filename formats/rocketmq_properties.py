@@ -1,0 +1,96 @@
+"""RocketMQ property strings -> Arrow columns, for a whole batch at once.
+
+The same rules as :func:`formats.rocketmq_layout.string_to_properties` (the broker's
+``string2messageProperties``), applied with Arrow string kernels to every record of a
+batch: split on 0x02, split each piece at its first 0x01, drop pieces with an empty name
+or value and the ``__CRC32#`` trailer, keep the last of duplicate names. One difference on
+purpose: a non-empty piece with no 0x01 at all is something no broker writes, so the record
+is reported as bad (the broker's parser would drop the piece silently).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from formats.base import scatter
+from formats.rocketmq_layout import CRC32_KEY, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, RESERVED_KEYS
+
+
+@dataclass
+class Properties:
+    """Parsed properties of ``n`` records."""
+
+    n: int
+    rows: np.ndarray  # record of each kept entry (non-decreasing)
+    keys: pa.Array  # kept entries, in record order
+    values: pa.Array
+    #: Records holding a piece without a name/value separator.
+    bad_rows: np.ndarray
+    codes: np.ndarray  # of each kept key in ``names``
+    names: dict[str, int]  # distinct key -> code
+
+    def get(self, name: str) -> pa.Array:
+        """The value of property ``name`` for every record (null where absent)."""
+        code = self.names.get(name)
+        if code is None:
+            return pa.nulls(self.n, pa.string())
+        mask = self.codes == code
+        return scatter(self.values.filter(mask), self.rows[mask], self.n)
+
+    def maps(self) -> tuple[pa.MapArray, pa.MapArray]:
+        """(``headers``: every property, ``properties``: the user ones) as map columns."""
+        reserved = np.array([k in RESERVED_KEYS for k in self.names], np.bool_)
+        user = ~reserved[self.codes] if len(reserved) else np.ones(0, np.bool_)
+        return self._map(np.ones(len(self.rows), np.bool_)), self._map(user)
+
+    def _map(self, keep: np.ndarray) -> pa.MapArray:
+        counts = np.bincount(self.rows[keep], minlength=self.n)
+        offsets = np.zeros(self.n + 1, np.int32)
+        np.cumsum(counts, out=offsets[1:])
+        return pa.MapArray.from_arrays(pa.array(offsets), self.keys.filter(keep), self.values.filter(keep))
+
+
+def parse(texts: pa.Array) -> Properties:
+    """Parse a string array of property strings (one per record; null counts as empty).
+
+    Examples
+    --------
+    >>> p = parse(pa.array(["a\\x011\\x02b\\x01x\\x02a\\x012\\x02", "TAGS\\x01t\\x02k\\x01\\x02", "oops"]))
+    >>> p.get("a").to_pylist(), p.get("TAGS").to_pylist(), p.bad_rows.tolist()
+    (['2', None, None], [None, 't', None], [2])
+    >>> [m.as_py() for m in p.maps()[1]]
+    [[('b', 'x'), ('a', '2')], [], []]
+    """
+    n = len(texts)
+    pieces = pc.split_pattern(pc.fill_null(texts, ""), PROPERTY_SEPARATOR)
+    rows = pc.list_parent_indices(pieces).to_numpy()
+    flat = pc.list_flatten(pieces)
+    kv = pc.split_pattern(flat, NAME_VALUE_SEPARATOR, max_splits=1)
+    parts = pc.list_value_length(kv).to_numpy()
+    piece_len = pc.binary_length(flat).to_numpy()
+    bad_rows = np.unique(rows[(parts == 1) & (piece_len > 0)])
+
+    starts = kv.offsets.to_numpy()[:-1] - kv.offsets[0].as_py()
+    inner = kv.values.slice(kv.offsets[0].as_py())
+    keys = inner.take(pa.array(starts))
+    has_value = parts == 2
+    values = inner.take(pa.array(np.where(has_value, starts + 1, 0), mask=~has_value))
+    keep = (
+        has_value
+        & (pc.binary_length(keys).to_numpy() > 0)
+        & (pc.fill_null(pc.binary_length(values), 0).to_numpy() > 0)
+        & ~pc.equal(keys, CRC32_KEY).to_numpy(zero_copy_only=False)
+    )
+    # A duplicate name keeps the last value: drop every earlier (record, name) occurrence.
+    encoded = keys.dictionary_encode()
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    pair = rows * (len(encoded.dictionary) + 1) + codes
+    earlier_dup = np.zeros(len(rows), np.bool_)
+    earlier_dup[keep] = pd.Series(pair[keep]).duplicated(keep="last").to_numpy()
+    keep &= ~earlier_dup
+    names = {k: i for i, k in enumerate(encoded.dictionary.to_pylist())}
+    return Properties(n, rows[keep], keys.filter(keep), values.filter(keep), bad_rows, codes[keep], names)
