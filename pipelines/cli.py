@@ -26,18 +26,20 @@ def _parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(
         prog="msglake",
-        description="Turn message-broker segment files (NSQ extended disk queues) into Delta Lake tables.",
+        description="Turn message-broker segment files (NSQ extended disk queues, RocketMQ CommitLogs) into "
+                    "Delta Lake tables.",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     ing = sub.add_parser(
-        "ingest", parents=[common], help="ingest a configured source into the lake (scheduled batch run)",
+        "ingest", parents=[common], help="ingest the configured sources into the lake (scheduled batch run)",
         description="Decode every segment byte the broker has committed since the last run into the Delta "
                     "tables `messages` (partitioned by topic, partition) and `quarantine` (undecodable records "
                     "with their raw bytes and reason), then stop. Re-running adds nothing; bytes appended "
-                    "since are picked up. Progress is kept in <lake>/_checkpoints/ingest-<source>.",
+                    "since are picked up. Progress is kept in <lake>/_checkpoints/ingest-<source>. RocketMQ "
+                    "stores with config/consumerOffset.json also fill `consumer_offsets`.",
     )
-    ing.add_argument("--source", metavar="NAME", help="which entry of `sources:` to ingest (default: the only one)")
+    ing.add_argument("--source", metavar="NAME", help="which entry of `sources:` to ingest (default: all, in order)")
     _progress_options(ing)
 
     st = sub.add_parser(
@@ -48,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
                     "SIGINT/SIGTERM stop it gracefully: the running micro-batch may finish (--stop-timeout), "
                     "then the query stops; the checkpoint stays valid and a restart continues where it ended.",
     )
-    st.add_argument("--source", metavar="NAME", help="which entry of `sources:` to follow (default: the only one)")
+    st.add_argument("--source", metavar="NAME",
+                    help="which entry of `sources:` to follow (required when there are several)")
     st.add_argument("--interval", default=os.environ.get("MSGLAKE_INTERVAL", "5 seconds"),
                     help="processing-time trigger, e.g. '1 second' or '1 minute' (env MSGLAKE_INTERVAL; "
                          "default '5 seconds')")
@@ -61,24 +64,29 @@ def _parser() -> argparse.ArgumentParser:
     _progress_options(st)
 
     demo = sub.add_parser(
-        "demo", parents=[common], help="generate sample NSQ segments, ingest them, and show the tables",
-        description="End to end on the embedded default: writes sample nsqd segments (with bad records "
-                    "among them) to demo-data/nsq, ingests them with local Spark into ./lake, and prints "
-                    "rows per topic/partition, sample rows through Spark SQL and where the tables are. "
-                    "Run it again to see that a re-run adds nothing.",
+        "demo", parents=[common], help="generate sample NSQ and RocketMQ data, ingest both, and show the tables",
+        description="End to end on the embedded default: writes sample nsqd segments to demo-data/nsq and a "
+                    "sample RocketMQ store to demo-data/rocketmq (bad records among them), ingests both with "
+                    "local Spark into the same tables in ./lake, and prints rows per broker and topic, sample "
+                    "rows through Spark SQL and where the tables are. Run it again to see that a re-run adds "
+                    "nothing.",
     )
     demo.add_argument("--messages", type=int, default=DEMO_MESSAGES, help=f"sample messages (default {DEMO_MESSAGES:,})")
     demo.add_argument("--fresh", action="store_true", help="delete the demo data and lake first")
 
     gen = sub.add_parser(
-        "generate", help="write a sample nsqd data path (real segment layout) with known contents",
-        description="Write sample NSQ extended-message segments and meta files, as nsqd lays them out.",
+        "generate", help="write sample broker data (real on-disk layout) with known contents",
+        description="Write sample NSQ extended-message segments and meta files, as nsqd lays them out, or a "
+                    "RocketMQ store (commitlog/, consumequeue/, config/consumerOffset.json) as a broker does.",
     )
-    gen.add_argument("out", help="folder to write (the nsqd --data-path)")
+    gen.add_argument("out", help="folder to write (the nsqd --data-path, or the RocketMQ store root)")
+    gen.add_argument("--format", choices=("nsq-ext", "rocketmq-commitlog"), default="nsq-ext",
+                     help="which broker's layout (default nsq-ext)")
     gen.add_argument("--messages", type=int, default=10_000, help="good messages to write (default 10,000)")
     gen.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
     gen.add_argument("--segment-bytes", type=int, default=4 << 20,
-                     help="roll to a new segment file past this size (default 4 MiB)")
+                     help="roll to a new segment file past this size; for RocketMQ, the fixed CommitLog file "
+                          "size (default 4 MiB)")
     gen.add_argument("--no-bad-inputs", action="store_true", help="leave out the corrupt records and files")
     return p
 
@@ -106,7 +114,13 @@ def _print(lines) -> None:
 
 def cmd_ingest(args) -> int:
     args.available_now, args.interval, args.stop_timeout = True, None, 60.0
-    return cmd_stream(args)
+    if args.source is not None:
+        return cmd_stream(args)
+    worst = 0
+    for src in _load_settings(args).sources:
+        args.source = src.name
+        worst = max(worst, cmd_stream(args))
+    return worst
 
 
 def cmd_stream(args) -> int:
@@ -140,12 +154,20 @@ def cmd_stream(args) -> int:
     return 0 if summary.balanced else 1
 
 
-def cmd_generate(args) -> int:
+def _generate(fmt: str, out: str, messages: int, seed: int = 7, segment_bytes: int = 4 << 20,
+              bad_inputs: bool = True):
+    if fmt == "rocketmq-commitlog":
+        from formats.rocketmq_samples import generate
+
+        return generate(out, messages, seed=seed, file_size=segment_bytes, bad_inputs=bad_inputs)
     from formats.nsq_samples import generate
 
+    return generate(out, messages, seed=seed, max_bytes_per_file=segment_bytes, bad_inputs=bad_inputs)
+
+
+def cmd_generate(args) -> int:
     started = time.monotonic()
-    truth = generate(args.out, args.messages, seed=args.seed, max_bytes_per_file=args.segment_bytes,
-                     bad_inputs=not args.no_bad_inputs)
+    truth = _generate(args.format, args.out, args.messages, args.seed, args.segment_bytes, not args.no_bad_inputs)
     retries = sum(1 for m in truth.messages if m.retry_of)
     print(f"wrote {len(truth.messages) - retries:,} messages (+{retries} producer retries) and "
           f"{len(truth.quarantined)} corrupt records to {os.path.abspath(args.out)} in {time.monotonic() - started:.1f}s")
@@ -153,44 +175,59 @@ def cmd_generate(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from formats.nsq_samples import generate
     from pipelines.ingest import ingest
     from pipelines.session import build_session
 
     settings = _load_settings(args)
-    src = settings.sources[0]
     if args.fresh:
-        shutil.rmtree(src.path, ignore_errors=True)
+        for src in settings.sources:
+            shutil.rmtree(src.path, ignore_errors=True)
         shutil.rmtree(settings.lake.root, ignore_errors=True)
-    if not os.path.isdir(src.path):
-        print(f"[1/3] generating {args.messages:,} sample messages as nsqd segments in {os.path.abspath(src.path)}", flush=True)
-        truth = generate(src.path, args.messages)
-        print(f"      {len(truth.messages):,} messages, {len(truth.quarantined)} corrupt records among them", flush=True)
-    else:
-        print(f"[1/3] using the sample segments already in {os.path.abspath(src.path)} (--fresh to regenerate)", flush=True)
+    for src in settings.sources:
+        if not os.path.isdir(src.path):
+            print(f"[1/3] generating {args.messages:,} sample messages ({src.format}) in {os.path.abspath(src.path)}",
+                  flush=True)
+            truth = _generate(src.format, src.path, args.messages)
+            print(f"      {len(truth.messages):,} messages, {len(truth.quarantined)} corrupt records among them",
+                  flush=True)
+        else:
+            print(f"[1/3] using the sample data already in {os.path.abspath(src.path)} (--fresh to regenerate)",
+                  flush=True)
     print("[2/3] starting Spark and ingesting (available-now) ...", flush=True)
     spark = build_session(settings)
-    summary = ingest(spark, settings, src.name)
-    _print(summary.lines())
+    tables: dict[str, str] = {}
+    balanced = True
+    for src in settings.sources:
+        summary = ingest(spark, settings, src.name)
+        _print(summary.lines())
+        tables.update(summary.tables)
+        balanced &= summary.balanced
     print("[3/3] what the lake holds, through Spark SQL", flush=True)
     for title, sql in (
-        ("rows per topic/partition",
-         "SELECT topic, partition, count(*) AS messages, min(queueOffset) AS first_offset, "
-         "max(queueOffset) AS last_offset FROM messages GROUP BY topic, partition ORDER BY topic, partition"),
-        ("a few messages",
-         "SELECT topic, partition, segmentPosition AS pos, messageId, traceId, tags, priority, keys, "
-         "storeTimestamp, bodySize, CASE WHEN is_valid_utf8(cast(body AS STRING)) "
-         "THEN substr(cast(body AS STRING), 1, 20) ELSE concat('0x', hex(substr(body, 1, 8)), '...') END AS body "
-         "FROM messages WHERE topic = 'orders' AND traceId IS NOT NULL ORDER BY partition, queueOffset LIMIT 8"),
+        ("rows per broker and topic (one table for every broker)",
+         "SELECT sourceFormat, topic, count(DISTINCT partition) AS partitions, count(*) AS messages, "
+         "sum(CAST(systemCopy AS INT)) AS system_copies, count(retryOf) AS producer_retries "
+         "FROM messages GROUP BY sourceFormat, topic ORDER BY sourceFormat, topic"),
+        ("a few messages of topic orders from each broker",
+         "SELECT sourceFormat, partition, queueOffset, messageId, tags, messageType, delayTime, storeTimestamp, "
+         "bodySize, CASE WHEN is_valid_utf8(cast(body AS STRING)) THEN substr(cast(body AS STRING), 1, 20) "
+         "ELSE concat('0x', hex(substr(body, 1, 8)), '...') END AS body FROM (SELECT *, row_number() OVER "
+         "(PARTITION BY sourceFormat ORDER BY partition, queueOffset) AS n FROM messages "
+         "WHERE topic = 'orders' AND tags IS NOT NULL) WHERE n <= 4 ORDER BY sourceFormat, n"),
         ("quarantine by reason",
-         "SELECT substr(reason, 1, 70) AS reason, count(*) AS records, sum(recordLength) AS bytes "
-         "FROM quarantine GROUP BY 1 ORDER BY 2 DESC"),
+         "SELECT sourceFormat, substr(reason, 1, 60) AS reason, count(*) AS records, sum(recordLength) AS bytes "
+         "FROM quarantine GROUP BY 1, 2 ORDER BY 1, 3 DESC"),
+        ("RocketMQ consumer lag (latest consumer_offsets snapshot)",
+         "SELECT `group`, topic, queue, offset, queueMaxOffset, queueMaxOffset - offset AS lag FROM consumer_offsets "
+         "WHERE snapshotTime = (SELECT max(snapshotTime) FROM consumer_offsets) ORDER BY topic, queue"),
     ):
+        if "consumer_offsets" in sql and "consumer_offsets" not in tables:
+            continue
         print(f"\n-- {title}: {sql}", flush=True)
-        spark.sql(sql).show(truncate=False)
+        spark.sql(sql).show(50, truncate=False)
     print("tables (Delta, query with spark.sql after pipelines.session.build_session):")
-    _print(f"  {name:<11} {path}" for name, path in summary.tables.items())
-    return 0 if summary.balanced else 1
+    _print(f"  {name:<16} {path}" for name, path in tables.items())
+    return 0 if balanced else 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,7 @@ from pipelines.offsets import ConsumerOffsetRecorder
 from pipelines.progress import ProgressReporter
 from pipelines.settings import Settings, SourceSettings
 from pipelines.sinks import DeltaSink, RunCounts
-from schemas import MESSAGES_TABLE, QUARANTINE_TABLE
+from schemas import CONSUMER_OFFSETS_TABLE, MESSAGES_TABLE, QUARANTINE_TABLE
 
 
 @dataclass
@@ -165,6 +165,8 @@ def run(
             spark.streams.removeListener(listener)
     if offsets is not None:
         offsets.record()  # consumers may have moved even when no message arrived
+        if offsets.path is not None:
+            tables[CONSUMER_OFFSETS_TABLE.name] = offsets.path
     seconds = time.monotonic() - started
     on_disk, read_total, pending, scan = _disk_accounting(src, cp.committed_positions(checkpoint))
     return IngestSummary(

@@ -25,9 +25,15 @@ class ConsumerOffsetRecorder:
         self.spark, self.settings, self.src = spark, settings, src
         self._last: dt.datetime | None = None
         self._loaded = False
+        self._path: str | None = None
         self._lock = threading.Lock()
         self.rows_written = 0
         self.problems: list[str] = []
+
+    @property
+    def path(self) -> str | None:
+        """The table's location, once a snapshot was looked for in an existing offsets file."""
+        return self._path
 
     def record(self) -> int:
         """Write a snapshot if the offsets file changed; returns the rows written."""
@@ -40,7 +46,9 @@ class ConsumerOffsetRecorder:
                 return 0
             if snap is None:
                 return 0
-            path = ensure_table(self.spark, self.settings, CONSUMER_OFFSETS_TABLE)
+            if self._path is None:
+                self._path = ensure_table(self.spark, self.settings, CONSUMER_OFFSETS_TABLE)
+            path = self._path
             if not self._loaded:
                 last = (
                     self.spark.read.format("delta").load(path)

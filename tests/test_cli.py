@@ -14,7 +14,7 @@ def test_help_explains_every_option(command):
     r = msglake(*command, "--help")
     assert r.returncode == 0
     for word in {(): ["ingest", "demo", "generate"], ("ingest",): ["--source", "--conf", "--master", "--lake"],
-                 ("demo",): ["--messages", "--fresh"], ("generate",): ["--segment-bytes", "--seed"]}[tuple(command)]:
+                 ("demo",): ["--messages", "--fresh"], ("generate",): ["--segment-bytes", "--seed", "--format"]}[tuple(command)]:
         assert word in r.stdout
 
 
@@ -36,3 +36,12 @@ def test_generate_writes_real_segments(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "wrote 200 messages" in r.stdout
     assert (tmp_path / "nsq" / "orders" / "orders-0.diskqueue.000000.dat").exists()
+
+
+def test_generate_writes_a_rocketmq_store(tmp_path):
+    r = msglake("generate", str(tmp_path / "store"), "--format", "rocketmq-commitlog", "--messages", "300",
+                "--segment-bytes", "65536")
+    assert r.returncode == 0, r.stderr
+    first = tmp_path / "store" / "commitlog" / "00000000000000000000"
+    assert first.stat().st_size == 65536 and "corrupt records" in r.stdout
+    assert (tmp_path / "store" / "config" / "consumerOffset.json").exists()

@@ -7,7 +7,10 @@ from pipelines.session import MissingJarsError, delta_jars
 def test_committed_default_loads():
     s = S.load(S.DEFAULT_CONF, env={})
     assert s.lake.root == "lake" and s.spark.master == "local[2]"
-    assert s.source().format == "nsq-ext" and s.source().storeHost == "127.0.0.1:4150"
+    assert s.source("demo-nsq").format == "nsq-ext" and s.source("demo-nsq").storeHost == "127.0.0.1:4150"
+    assert s.source("demo-rocketmq").format == "rocketmq-commitlog"
+    with pytest.raises(S.SettingsError, match="give a source name, one of"):
+        s.source()
 
 
 @pytest.mark.parametrize(
