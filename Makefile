@@ -38,7 +38,8 @@ test: setup
 	$(BIN)/python -m pytest
 
 bench: setup
-	$(BIN)/python benchmarks/bench_ingest.py
+	$(BIN)/python benchmarks/bench_ingest.py --format nsq-ext
+	$(BIN)/python benchmarks/bench_ingest.py --format rocketmq-commitlog
 	$(BIN)/python benchmarks/bench_stream.py
 
 clean-demo:

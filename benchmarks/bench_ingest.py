@@ -1,6 +1,7 @@
-"""Ingest throughput: generate NSQ segments, then time the codec alone and the Spark ingest job.
+"""Ingest throughput: generate broker data, then time the codec alone and the Spark ingest job.
 
-    .venv/bin/python benchmarks/bench_ingest.py [--messages 1000000] [--master local[2]]
+    .venv/bin/python benchmarks/bench_ingest.py [--format nsq-ext|rocketmq-commitlog]
+        [--messages 1000000] [--master local[2]] [--decode-only]
 
 Writes benchmarks/results/ingest-<timestamp>.json and prints a summary. The data set is
 generated once per size under bench-data/ and reused by later runs.
@@ -23,41 +24,58 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--messages", type=int, default=1_000_000, help="messages in the data set (default 1,000,000)")
     p.add_argument("--master", default="local[2]", help="Spark master for the ingest run (default local[2])")
-    p.add_argument("--segment-bytes", type=int, default=100 << 20, help="segment size (default nsqd's 100 MiB)")
+    p.add_argument("--format", choices=("nsq-ext", "rocketmq-commitlog"), default="nsq-ext",
+                   help="broker layout of the data set (default nsq-ext)")
+    p.add_argument("--segment-bytes", type=int, default=None,
+                   help="segment / CommitLog file size (default: the broker's, 100 MiB for nsqd, 1 GiB for RocketMQ)")
+    p.add_argument("--decode-only", action="store_true", help="time the codec alone, skip the Spark ingest")
     args = p.parse_args()
 
     from formats.base import decode_root
-    from formats.nsq_ext import NsqExtCodec
-    from formats.nsq_samples import generate
+    from formats.registry import get_codec
     from pipelines import settings as S
+    from pipelines.cli import _generate
     from pipelines.ingest import ingest
     from pipelines.session import build_session
 
-    data = REPO / "bench-data" / f"nsq-{args.messages}"
+    default_size = {"nsq-ext": 100 << 20, "rocketmq-commitlog": 1 << 30}[args.format]
+    data = REPO / "bench-data" / f"{args.format}-{args.messages}"
     if not (data / ".complete").exists():
         shutil.rmtree(data, ignore_errors=True)
         t = time.monotonic()
-        truth = generate(str(data), args.messages, max_bytes_per_file=args.segment_bytes, bad_inputs=False)
+        truth = _generate(args.format, str(data), args.messages, segment_bytes=args.segment_bytes or default_size,
+                          bad_inputs=False)
         (data / ".complete").write_text(str(len(truth.messages)))
         print(f"generated {len(truth.messages):,} messages in {time.monotonic() - t:.1f}s", flush=True)
     expected = int((data / ".complete").read_text())
-    on_disk = sum(f.stat().st_size for f in data.rglob("*.dat") if "diskqueue.0" in f.name and "meta" not in f.name)
 
     t = time.monotonic()
-    decoded = decode_root(NsqExtCodec(), str(data))
+    decoded = decode_root(get_codec(args.format), str(data))
     decode_s = time.monotonic() - t
     n_decoded = decoded.messages.num_rows
     assert n_decoded == expected, (n_decoded, expected)
+    # Bytes that hold data (a pre-sized CommitLog's zero tail is not data).
+    on_disk = decoded.decoded_bytes + decoded.quarantined_bytes + decoded.padding_bytes
     del decoded
-    print(f"decode only (1 core, no Spark): {n_decoded / decode_s:,.0f} msg/s, "
-          f"{on_disk / decode_s / 1e6:,.1f} MB/s", flush=True)
+    print(f"decode only (1 core, no Spark): {n_decoded:,} messages in {decode_s:.1f}s = {n_decoded / decode_s:,.0f} "
+          f"msg/s, {on_disk / decode_s / 1e6:,.1f} MB/s", flush=True)
+    result = {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform()},
+        "format": args.format,
+        "messages": expected,
+        "segment_bytes_on_disk": on_disk,
+        "decode": {"seconds": decode_s, "messages_per_s": n_decoded / decode_s, "mb_per_s": on_disk / decode_s / 1e6},
+    }
+    if args.decode_only:
+        return _write(result)
 
     lake = REPO / "bench-data" / "lake"
     shutil.rmtree(lake, ignore_errors=True)
     doc = S.load(S.DEFAULT_CONF, env={}).model_dump()
     doc["lake"]["root"] = str(lake)
     doc["spark"]["master"] = args.master
-    doc["sources"] = [{"name": "bench", "format": "nsq-ext", "path": str(data)}]
+    doc["sources"] = [{"name": "bench", "format": args.format, "path": str(data)}]
     settings = S.from_dict(doc, "benchmark settings")
     spark = build_session(settings, app_name="msglake-bench")
     summary = ingest(spark, settings)
@@ -68,19 +86,15 @@ def main() -> int:
     print(f"ingest end to end ({args.master}, {summary.batches} batches): {expected / ingest_s:,.0f} msg/s, "
           f"{on_disk / ingest_s / 1e6:,.1f} MB/s in {ingest_s:.1f}s", flush=True)
     spark.stop()
+    result["ingest"] = {"master": args.master, "batches": summary.batches, "seconds": ingest_s,
+                        "messages_per_s": expected / ingest_s, "mb_per_s": on_disk / ingest_s / 1e6}
+    return _write(result)
 
-    result = {
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform()},
-        "messages": expected,
-        "segment_bytes_on_disk": on_disk,
-        "decode": {"seconds": decode_s, "messages_per_s": n_decoded / decode_s, "mb_per_s": on_disk / decode_s / 1e6},
-        "ingest": {"master": args.master, "batches": summary.batches, "seconds": ingest_s,
-                   "messages_per_s": expected / ingest_s, "mb_per_s": on_disk / ingest_s / 1e6},
-    }
+
+def _write(result: dict) -> int:
     out = REPO / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"ingest-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    path = out / f"ingest-{result['format']}-{time.strftime('%Y%m%dT%H%M%S')}.json"
     path.write_text(json.dumps(result, indent=2))
     print(f"wrote {path}")
     return 0

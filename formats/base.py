@@ -274,6 +274,21 @@ def padding_batch(source_format: str, seg: SegmentInfo, position: int, length: i
     )
 
 
+def shrink_loss(source_format: str, seg: SegmentInfo, gone_from: int, planned_end: int) -> DecodeResult:
+    """The result for committed bytes that vanished while being read (the file shrank)."""
+    qb = QuarantineBuilder(source_format, seg)
+    qb.add_loss(gone_from, planned_end - gone_from, f"file shrank while being read (rolled back?): committed bytes "
+                                                    f"{gone_from}..{planned_end} are gone")
+    return DecodeResult(qb.build(), planned_end, 0, planned_end - gone_from)
+
+
+def concat_batches(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """One record batch from several of the same schema."""
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
 @dataclass
 class RootDecode:
     """Everything committed under a source root, decoded without Spark."""

@@ -30,8 +30,10 @@ from formats.base import (
     SegmentInfo,
     be_uint,
     binary_array,
+    concat_batches,
     gather_slices,
     scatter,
+    shrink_loss,
     source_batch,
 )
 from formats import nsq_headers as H
@@ -521,16 +523,12 @@ class NsqExtCodec:
                     next_pos = end
                 batches = [b for b in (chunk.batch, qb.build() if qb.positions else None) if b is not None]
                 if batches:
-                    batch = batches[0] if len(batches) == 1 else _concat(batches)
-                    yield DecodeResult(batch, next_pos, chunk.decoded_bytes, qb.nbytes)
+                    yield DecodeResult(concat_batches(batches), next_pos, chunk.decoded_bytes, qb.nbytes)
                 if next_pos <= pos:  # cannot happen on a boundary end; never spin
                     raise RuntimeError(f"{seg.path}: decoder made no progress at {pos}")
                 pos = next_pos
             if planned_end > end:
-                qb = QuarantineBuilder(SOURCE_FORMAT, seg)
-                qb.add_loss(end, planned_end - end, f"segment shrank while being read (rolled back?): "
-                                                    f"committed bytes {end}..{planned_end} are gone")
-                yield DecodeResult(qb.build(), planned_end, 0, planned_end - end)
+                yield shrink_loss(SOURCE_FORMAT, seg, end, planned_end)
 
     def _quarantine_file(self, f, seg: SegmentInfo, start: int, end: int) -> Iterator[DecodeResult]:
         f.seek(start)
@@ -540,6 +538,3 @@ class NsqExtCodec:
             qb.add(start, data, seg.problem or "unreadable file")
             yield DecodeResult(qb.build(), start + len(data), 0, len(data))
 
-
-def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]

@@ -40,10 +40,12 @@ from formats.base import (
     SegmentInfo,
     be_int,
     binary_array,
+    concat_batches,
     gather_slices,
     hex_upper,
     padding_batch,
     scatter,
+    shrink_loss,
     source_batch,
 )
 from schemas.messages import DEFAULT_PRIORITY, TS
@@ -517,7 +519,7 @@ class RocketMqCommitLogCodec:
                 nxt = pos + fr.stop
                 parts = [b for b in (batch, qb.build() if qb.positions else None) if b is not None]
                 if parts:
-                    yield DecodeResult(_concat(parts), nxt, decoded, qb.nbytes)
+                    yield DecodeResult(concat_batches(parts), nxt, decoded, qb.nbytes)
                 if fr.kind in ("end", "incomplete"):
                     pos = nxt
                     continue
@@ -538,10 +540,7 @@ class RocketMqCommitLogCodec:
                     yield from self._quarantine(fd, seg, nxt, gap_end, f"{fr.why} at {nxt}; {tail}")
                 pos = gap_end
             if end > stop_at:
-                qb = QuarantineBuilder(SOURCE_FORMAT, seg)
-                qb.add_loss(stop_at, end - stop_at, f"file shrank while being read: committed bytes "
-                                                    f"{stop_at}..{end} are gone")
-                yield DecodeResult(qb.build(), end, 0, end - stop_at)
+                yield shrink_loss(SOURCE_FORMAT, seg, stop_at, end)
         finally:
             os.close(fd)
 
@@ -802,8 +801,3 @@ def _looks_like_commitlog(path: str) -> bool:
         head = f.read(8)
     return len(head) == 8 and struct.unpack(">i", head[4:])[0] in (L.MAGIC_V1, L.MAGIC_V2, L.MAGIC_BLANK)
 
-
-def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-    if len(batches) == 1:
-        return batches[0]
-    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
