@@ -81,16 +81,52 @@ class Framing:
     need: int = 0  # for "incomplete": the TOTALSIZE of the record at ``stop``
 
 
-def walk(buf, start: int, end: int, hard_end: int, phys_base: int) -> Framing:
-    """Walk the TOTALSIZE chain of ``buf[start:end]``.
+_PHY_FLAG = struct.Struct(">qi")  # PHYSICALOFFSET, SYSFLAG
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+
+
+def check_record(buf, pos: int, size: int, phys: int) -> str | None:
+    """Why the record of TOTALSIZE ``size`` at ``buf[pos]`` cannot be one, or None.
+
+    The broker's own framing check (``CommitLog.checkMessageAndReturnSize``): the
+    PHYSICALOFFSET is the record's place, and the body, topic and properties lengths add up
+    to TOTALSIZE. ``buf[pos:pos + size]`` must be readable.
+    """
+    at, sysflag = _PHY_FLAG.unpack_from(buf, pos + 28)
+    if at != phys:
+        return f"PHYSICALOFFSET {at} does not match the record's place {phys}"
+    v2 = _HEAD.unpack_from(buf, pos)[1] == L.MAGIC_V2
+    blen_at = pos + 68 + (20 if sysflag & L.BORNHOST_V6_FLAG else 8) + (20 if sysflag & L.STOREHOST_V6_FLAG else 8)
+    end = pos + size
+    (blen,) = _I32.unpack_from(buf, blen_at)
+    tl_at = blen_at + 4 + blen
+    width = 2 if v2 else 1
+    if blen < 0 or tl_at + width + 2 > end:
+        return f"BODYLENGTH {blen} disagrees with TOTALSIZE {size}"
+    tlen = _I16.unpack_from(buf, tl_at)[0] if v2 else (buf[tl_at] ^ 0x80) - 0x80
+    pl_at = tl_at + width + tlen
+    if tlen < 0 or pl_at + 2 > end:
+        return f"TOPICLENGTH {tlen} disagrees with TOTALSIZE {size} (body {blen})"
+    (plen,) = _I16.unpack_from(buf, pl_at)
+    if plen < 0 or pl_at + 2 + plen != end:
+        return (f"lengths disagree with TOTALSIZE {size}: body {blen}, topic {tlen}, properties {plen} "
+                f"make {pl_at + 2 + plen - pos}")
+    return None
+
+
+def walk(buf, start: int, end: int, hard_end: int, phys_base: int, file_end: int | None = None) -> Framing:
+    """Walk the TOTALSIZE chain of ``buf[start:end]``, checking each record's framing.
 
     ``hard_end`` (>= ``end``) is where the data really ends: a record running past ``end``
     but not ``hard_end`` is "incomplete" (the caller reads more), past ``hard_end`` it is
-    "broken". ``phys_base`` is the physical offset of ``buf[0]``.
+    "broken". ``phys_base`` is the physical offset of ``buf[0]``; ``file_end`` the end of the
+    file relative to ``buf`` (default ``hard_end``): a blank record must reach exactly there.
     """
+    file_end = hard_end if file_end is None else file_end
     positions: list[int] = []
     lengths: list[int] = []
-    head, phy = _HEAD.unpack_from, _PHY.unpack_from
+    head = _HEAD.unpack_from
     v1, v2 = L.MAGIC_V1, L.MAGIC_V2
     pos, kind, why, need = start, "end", "", 0
     while pos < end:
@@ -109,15 +145,18 @@ def walk(buf, start: int, end: int, hard_end: int, phys_base: int) -> Framing:
             if pos + size > end:
                 kind, need = "incomplete", size
                 break
-            (at,) = phy(buf, pos + 28)
-            if at != phys_base + pos:
-                kind, why = "broken", f"PHYSICALOFFSET {at} does not match the record's place {phys_base + pos}"
+            why = check_record(buf, pos, size, phys_base + pos)
+            if why is not None:
+                kind = "broken"
                 break
             positions.append(pos)
             lengths.append(size)
             pos += size
         elif magic == L.MAGIC_BLANK:
-            kind = "blank"
+            if pos + size == file_end:
+                kind = "blank"
+            else:
+                kind, why = "broken", f"BLANK magic with TOTALSIZE {size} does not end the file ({file_end - pos} bytes left)"
             break
         elif size == 0 and magic == 0:
             kind, why = "zero", "zero bytes where a record should start"
@@ -125,51 +164,55 @@ def walk(buf, start: int, end: int, hard_end: int, phys_base: int) -> Framing:
         else:
             kind, why = "broken", f"bad magic code 0x{magic & 0xFFFFFFFF:08X} (TOTALSIZE {size})"
             break
-    return Framing(np.asarray(positions, np.int64), np.asarray(lengths, np.int64), pos, kind, why, need)
+    return Framing(np.asarray(positions, np.int64), np.asarray(lengths, np.int64), pos, kind, why or "", need)
 
 
 def resync(fd: int, start: int, stop: int, file_offset: int, file_size: int) -> int | None:
     """The first position in ``[start, stop)`` where a valid record (or the end-of-file blank) begins.
 
-    A valid record has a v1/v2 magic, a TOTALSIZE that fits, and a PHYSICALOFFSET equal to
-    its own place: bytes inside a body practically never pass all three.
+    A valid record has a v1/v2 magic, a TOTALSIZE that fits, a PHYSICALOFFSET equal to its
+    own place and lengths that add up (:func:`check_record`): bytes inside a body practically
+    never pass all of that. A blank must end exactly at the end of the file.
     """
     a = start
     while a < stop:
         b = min(stop, a + RESYNC_WINDOW)
         data = os.pread(fd, b - a + _CHECK_BYTES, a)
-        found = _first_valid(data, a, b, stop, file_offset, file_size)
-        if found is not None:
-            return found
+        i = 0
+        while True:
+            q, blank = _candidate(data, a, i, b, stop, file_offset, file_size)
+            if q is None:
+                break
+            if blank:
+                return q
+            (size,) = _I32.unpack_from(data, q - a)
+            if check_record(os.pread(fd, size, q), 0, size, file_offset + q) is None:
+                return q
+            i = q - a + 1
         a = b
     return None
 
 
-def _first_valid(data: bytes, base: int, b: int, stop: int, file_offset: int, file_size: int) -> int | None:
+def _candidate(data: bytes, base: int, i: int, b: int, stop: int, file_offset: int, file_size: int):
+    """(position, is blank) of the first plausible record start in ``data[i:]`` before ``b``; (None, False) if none."""
     best = None
-    i = 4
-    while True:  # records: the magic sits 4 bytes in
-        j = data.find(L.MAGIC_PREFIX, i)
+    j = data.find(L.MAGIC_PREFIX, i + 4)
+    while j >= 0 and j - 4 + base < b:  # records: the magic sits 4 bytes in
         q = j - 4 + base
-        if j < 0 or q >= b:
-            break
         if j + 4 <= len(data) and data[j + 3] in (0xA7, 0xAB) and j - 4 + _CHECK_BYTES <= len(data):
-            (size,) = struct.unpack_from(">i", data, j - 4)
+            (size,) = _I32.unpack_from(data, j - 4)
             (at,) = _PHY.unpack_from(data, j - 4 + 28)
             if L.MIN_RECORD <= size <= stop - q and at == file_offset + q:
                 best = q
                 break
-        i = j + 1
-    i = 4
-    while True:  # the blank: TOTALSIZE is exactly the space left in the file
-        j = data.find(L.BLANK_BYTES, i)
+        j = data.find(L.MAGIC_PREFIX, j + 1)
+    j = data.find(L.BLANK_BYTES, i + 4)
+    while j >= 0 and j - 4 + base < b and (best is None or j - 4 + base < best):
         q = j - 4 + base
-        if j < 0 or q >= b or (best is not None and q > best):
-            break
-        if struct.unpack_from(">i", data, j - 4)[0] == file_size - q:
-            return q
-        i = j + 1
-    return best
+        if _I32.unpack_from(data, j - 4)[0] == file_size - q:
+            return q, True
+        j = data.find(L.BLANK_BYTES, j + 1)
+    return best, False
 
 
 # ----------------------------------------------------------------------------- decode
@@ -371,7 +414,8 @@ class RocketMqCommitLogCodec:
         if not files:
             return result
         sizes = [e.stat().st_size for _, e in files]
-        expected = self.file_size or max(set(sizes), key=lambda s: (sizes.count(s), s))
+        nonzero = [s for s in sizes if s] or [0]
+        expected = self.file_size or max(set(nonzero), key=lambda s: (nonzero.count(s), s))
         prev_end = None
         for i, ((start, entry), size) in enumerate(zip(files, sizes)):
             last = i == len(files) - 1
@@ -383,10 +427,10 @@ class RocketMqCommitLogCodec:
                     result.notes.append(f"{rel}{entry.name}: starts at {start}, inside the previous file "
                                         f"(which ends at {prev_end})")
             prev_end = start + size
-            if size < expected and not last:
+            if 0 < expected and size < expected and not last:
                 result.notes.append(f"{rel}{entry.name}: file is shorter than its peers ({size:,} of {expected:,} "
                                     "bytes); a record cut at its end is quarantined")
-            if start % expected:
+            if expected and start % expected:
                 result.notes.append(f"{rel}{entry.name}: start offset {start} is not a multiple of the file size "
                                     f"{expected}")
             if last:
@@ -402,10 +446,13 @@ class RocketMqCommitLogCodec:
         """(committed end, data end, sealed) of the file being written.
 
         The data ends at the zero tail (or at bytes that hold no valid record and no valid
-        record after them). The last record before the tail is committed only when its body
-        CRC checks: a record the broker is still copying in fails it, and waits.
+        record after them). Zeros with valid records after them are a corrupt gap, not the
+        tail: the rest of the file is searched for a record the first time the file is
+        scanned, and again whenever the data end stays put while the file keeps changing.
+        The last record is committed only when it is whole (see :func:`_looks_whole`).
         """
         cached = self._walked.get(path)
+        mtime = os.stat(path).st_mtime_ns
         pos = cached[0] if cached is not None and cached[0] <= size else 0
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -413,6 +460,10 @@ class RocketMqCommitLogCodec:
             want = self.chunk_bytes
             while pos < size:
                 data = os.pread(fd, min(size - pos, want), pos)
+                if len(data) < min(size - pos, want):  # the file shrank under us
+                    size = pos + len(data)
+                    if not data:
+                        break
                 fr = walk(data, 0, len(data), size - pos, start + pos)
                 want = max(self.chunk_bytes, fr.need)  # a record larger than a chunk: read it whole
                 if len(fr.positions):
@@ -422,18 +473,19 @@ class RocketMqCommitLogCodec:
                     continue
                 if fr.kind == "blank":
                     return size, size, True
-                if fr.kind == "broken":
-                    # Corrupt bytes: committed if a valid record follows (the decoder
-                    # quarantines the gap); else possibly a record being written, so wait.
+                stuck = cached is None or (cached[1] == pos and cached[2] != mtime)
+                if fr.kind == "broken" or stuck:
+                    # Bytes that are not a record: committed if a valid record follows (the
+                    # decoder quarantines the gap); else possibly a record being written: wait.
                     q = resync(fd, pos + 1, size, start, size)
                     if q is not None:
                         pos, last = q, None
                         continue
-                break  # zeros: the unwritten tail
+                break
             committed = pos
-            if last is not None and last[0] + last[1] == pos and self.verify_crc and not _crc_ok(fd, *last):
+            if last is not None and last[0] + last[1] == pos and not _looks_whole(fd, *last, self.verify_crc):
                 committed = last[0]
-            self._walked[path] = (committed, pos)
+            self._walked[path] = (committed, pos, mtime)
             return committed, pos, False
         finally:
             os.close(fd)
@@ -444,16 +496,20 @@ class RocketMqCommitLogCodec:
         """Record boundaries from ``start``: yields (position after a record, records so far)."""
         fd = os.open(os.path.join(root, seg.path), os.O_RDONLY)
         try:
+            size = os.fstat(fd).st_size
+            end = min(end, size)
             pos, count = start, 0
             while pos < end:
                 data = os.pread(fd, min(end - pos, self.chunk_bytes), pos)
-                fr = walk(data, 0, len(data), end - pos, (seg.start_virtual or 0) + pos)
+                if len(data) < min(end - pos, self.chunk_bytes):
+                    return  # the file shrank: the decoder reports what is gone
+                fr = walk(data, 0, len(data), end - pos, (seg.start_virtual or 0) + pos, size - pos)
                 for ln in fr.lengths.tolist():
                     pos += ln
                     count += 1
                     yield pos, count
                 if fr.kind == "incomplete" and fr.stop == 0:
-                    pos += fr.need
+                    pos += fr.need  # one record larger than a chunk (the decoder checks it)
                     count += 1
                     yield pos, count
                 elif fr.kind != "end" and fr.kind != "incomplete":
@@ -509,11 +565,19 @@ class RocketMqCommitLogCodec:
             phys0 = seg.start_virtual or 0
             pos = start
             while pos < stop_at:
-                data = os.pread(fd, min(stop_at - pos, self.chunk_bytes), pos)
-                fr = walk(data, 0, len(data), stop_at - pos, phys0 + pos)
-                if fr.kind == "incomplete" and len(fr.positions) == 0:
+                want = min(stop_at - pos, self.chunk_bytes)
+                data = os.pread(fd, want, pos)
+                short = len(data) < want
+                if short:  # the file shrank under us
+                    stop_at = size = pos + len(data)
+                    if not data:
+                        break
+                fr = walk(data, 0, len(data), stop_at - pos, phys0 + pos, size - pos)
+                if fr.kind == "incomplete" and len(fr.positions) == 0 and not short:
                     data = os.pread(fd, fr.need, pos)  # one record larger than the chunk
-                    fr = walk(data, 0, len(data), stop_at - pos, phys0 + pos)
+                    if len(data) < fr.need:
+                        stop_at = size = pos + len(data)
+                    fr = walk(data, 0, len(data), stop_at - pos, phys0 + pos, size - pos)
                 qb = QuarantineBuilder(SOURCE_FORMAT, seg)
                 batch, decoded = self._records(np.frombuffer(data, np.uint8), pos, fr, seg, qb)
                 nxt = pos + fr.stop
@@ -550,11 +614,13 @@ class RocketMqCommitLogCodec:
         while pos < b:
             data = os.pread(fd, min(b - pos, self.chunk_bytes), pos)
             if not data:
-                break
+                break  # the file shrank
             qb = QuarantineBuilder(SOURCE_FORMAT, seg)
             qb.add(pos, data, reason)
             pos += len(data)
             yield DecodeResult(qb.build(), pos, 0, len(data))
+        if pos < b:
+            yield shrink_loss(SOURCE_FORMAT, seg, pos, b)
 
     def _records(self, buf: np.ndarray, base: int, fr: Framing, seg: SegmentInfo, qb: QuarantineBuilder):
         """Decode the framed records of ``buf`` (file bytes from ``base``); bad ones go to ``qb``."""
@@ -567,7 +633,6 @@ class RocketMqCommitLogCodec:
                 qb.add(base + a, buf[a : a + ln].tobytes(), seg.problem)
             return None, 0
         r = _Reasons(n)
-        end = p + tot
         v2 = be_int(buf, p + 4, 4) == L.MAGIC_V2
         crc = be_int(buf, p + 8, 4)
         sysflag = be_int(buf, p + 36, 4)
@@ -577,19 +642,13 @@ class RocketMqCommitLogCodec:
         store_at = store_ts_at + 8
         recon_at = store_at + np.where(store_v6, 20, 8)
         body_at = recon_at + 16
-        fixed = body_at - p + np.where(v2, 2, 1) + 2  # bytes besides body, topic and properties
-        blen = be_int(buf, np.minimum(body_at - 4, end - 4), 4)
-        r.fail((blen < 0) | (fixed + blen > tot), lambda i: f"BODYLENGTH {blen[i]} disagrees with TOTALSIZE {tot[i]}")
-        tl_at = np.where(r.ok, body_at + blen, p)
+        # walk() checked that the lengths add up (check_record), so the positions are sound.
+        blen = be_int(buf, body_at - 4, 4)
+        tl_at = body_at + blen
         tlen = np.where(v2, be_int(buf, tl_at, 2), be_int(buf, tl_at, 1))
-        r.fail((tlen < 0) | (fixed + blen + tlen > tot),
-               lambda i: f"TOPICLENGTH {tlen[i]} disagrees with TOTALSIZE {tot[i]} (body {blen[i]})")
         topic_at = tl_at + np.where(v2, 2, 1)
-        pl_at = np.where(r.ok, topic_at + tlen, p)
+        pl_at = topic_at + tlen
         plen = be_int(buf, pl_at, 2)
-        r.fail((plen < 0) | (pl_at + 2 + plen != end),
-               lambda i: f"lengths disagree with TOTALSIZE {tot[i]}: fixed {fixed[i]} + body {blen[i]} + "
-                         f"topic {tlen[i]} + properties {plen[i]} = {fixed[i] + blen[i] + tlen[i] + plen[i]}")
         born_all = be_int(buf, p + 40, 8)
         store_all = be_int(buf, store_ts_at, 8)
         r.fail(~_in_range(born_all), lambda i: f"BORNTIMESTAMP {born_all[i]} is not a time")
@@ -773,17 +832,25 @@ class RocketMqCommitLogCodec:
         return _Rows(**{k: v[order] for k, v in merged.items()})
 
 
-def _crc_ok(fd: int, position: int, length: int) -> bool:
-    """Whether the body CRC of the record at ``position`` checks (the record is whole)."""
+def _looks_whole(fd: int, position: int, length: int, verify_crc: bool) -> bool:
+    """Whether the last record of the file being written is whole, not still being copied in.
+
+    The broker copies a record into a zero-filled file front to back, so a record read
+    mid-copy ends in zeros; a whole one never does (it ends with the 0x02 closing its
+    properties, or with a topic byte and a zero properties length). Its body CRC must
+    also check, when CRCs are checked.
+    """
     data = os.pread(fd, length, position)
+    if len(data) < length or data[-3:] == b"\0\0\0":
+        return False
+    if not verify_crc:
+        return True
     buf = np.frombuffer(data, np.uint8)
     sysflag = int(be_int(buf, np.array([36]), 4)[0])
     body_at = L.BORN_HOST_AT + (20 if sysflag & L.BORNHOST_V6_FLAG else 8) + 8 + (20 if sysflag & L.STOREHOST_V6_FLAG else 8) + 16
-    if body_at > length:
-        return False
     (blen,) = struct.unpack_from(">i", data, body_at - 4)
     (stored,) = struct.unpack_from(">i", data, 8)
-    return 0 <= blen <= length - body_at and zlib.crc32(data[body_at : body_at + blen]) & 0x7FFFFFFF == stored
+    return zlib.crc32(data[body_at : body_at + blen]) & 0x7FFFFFFF == stored
 
 
 def _all_zero(fd: int, a: int, b: int) -> bool:

@@ -50,12 +50,14 @@ class ConsumerOffsetRecorder:
                 self._path = ensure_table(self.spark, self.settings, CONSUMER_OFFSETS_TABLE)
             path = self._path
             if not self._loaded:
+                # As epoch microseconds: collected timestamps would come back in the local zone.
                 last = (
                     self.spark.read.format("delta").load(path)
                     .where(F.col("source") == self.src.name)
-                    .agg(F.max("snapshotTime").alias("t")).first()["t"]
+                    .agg(F.unix_micros(F.max("snapshotTime")).alias("t")).first()["t"]
                 )
-                self._last = last.astimezone(dt.timezone.utc) if last is not None else None
+                self._last = (dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=last)
+                              if last is not None else None)
                 self._loaded = True
             taken = snap.mtime
             if self._last is not None and taken <= self._last:

@@ -6,7 +6,8 @@ stores two copies. Two rows are copies when they share a key:
 - ``uniqueId`` (RocketMQ UNIQ_KEY) with ``deliveryCount``, when the source has one (a
   consumer retry carries the same UNIQ_KEY with RECONSUMETIMES + 1: a new delivery, not a
   copy; semantics.md §6);
-- else, for a message with a ``traceId``: topic + trace id + producer (``bornHost``) + body.
+- else, for a message with a ``traceId``: topic + trace id + producer (``bornHost``) + body;
+- none for a broker-internal copy (``systemCopy``).
 
 Within ``watermark_seconds`` of the first copy's ``storeTimestamp``, later copies get
 ``retryOf`` = the location of the first copy. Replays of the same record are a different
@@ -29,8 +30,11 @@ def dedup_key() -> Column:
                     F.sha2(F.col("body"), 256)),
         256,
     )
+    # A broker's internal copies (timer rolls, transaction check put-backs) repeat a UNIQ_KEY
+    # by design: they are marked systemCopy, not producer retries.
     return (
-        F.when(F.col("uniqueId").isNotNull(), by_unique)
+        F.when(F.coalesce(F.col("systemCopy"), F.lit(False)), F.lit(None).cast("string"))
+        .when(F.col("uniqueId").isNotNull(), by_unique)
         .when(F.col("traceId").isNotNull(), by_trace)
         .otherwise(F.lit(None).cast("string"))
     )

@@ -374,12 +374,18 @@ def test_live_file_scan_stops_at_the_zero_tail_and_follows_appends(tmp_path):
     a = w.put(Message("t", b"first"))
     [seg] = codec.scan(str(tmp_path)).segments
     assert (seg.committed_end, seg.sealed, seg.file_size) == (a.length, False, a.length)
-    # A record the broker is still copying in: header there, body not yet (CRC fails): it waits.
-    rec = w.record_bytes(Message("t", b"second body"))
-    os.pwrite(os.open(tmp_path / "commitlog" / seg.segment, os.O_RDWR), rec[:-30] + bytes(30), w.pos)
-    [seg] = codec.scan(str(tmp_path)).segments
-    assert seg.committed_end == a.length and seg.file_size == a.length + len(rec)
-    b = w.put(Message("t", b"second body"))
+    # Records the broker is still copying in wait: one whose tail is not there yet (lengths
+    # do not add up), one whose lengths add up but whose last bytes are still zeros, and
+    # one whose body is not all there (CRC).
+    rec = w.record_bytes(Message("t", b"second body", {"k": "v"}))
+    fd = os.open(tmp_path / "commitlog" / seg.segment, os.O_RDWR)
+    for partial, counted in ((rec[:40], 0), (rec[:-3] + bytes(3), len(rec)),
+                             (rec[:90] + bytes(5) + rec[95:], len(rec))):
+        os.pwrite(fd, partial, w.pos)
+        [seg] = codec.scan(str(tmp_path)).segments
+        assert (seg.committed_end, seg.file_size) == (a.length, a.length + counted)
+    os.close(fd)
+    b = w.put(Message("t", b"second body", {"k": "v"}))
     [seg] = codec.scan(str(tmp_path)).segments
     assert seg.committed_end == b.position + b.length
     out = rows(decode_root(codec, str(tmp_path)))
@@ -438,3 +444,66 @@ def test_out_of_range_timestamps_are_quarantined(tmp_path):
     assert [r["body"] for r in rows(result)] == [b"b"]
     assert "BORNTIMESTAMP" in result.quarantined.to_pylist()[0]["reason"]
     assert pa.compute.sum(result.table["recordLength"]).as_py() == w.pos
+
+
+def _store_of(tmp_path, n=12, file_size=64 << 10):
+    w = CommitLogWriter(str(tmp_path), file_size)
+    written = [w.put(Message("t", b"body-%d" % i + bytes(100), {"UNIQ_KEY": f"U{i}"})) for i in range(n)]
+    w.close()
+    return w, written, tmp_path / "commitlog" / written[0].segment
+
+
+def _patch(path, at, data):
+    fd = os.open(path, os.O_RDWR)
+    os.pwrite(fd, data, at)
+    os.close(fd)
+
+
+def test_a_blank_magic_inside_a_file_is_corruption_not_its_end(tmp_path):
+    w, written, path = _store_of(tmp_path)
+    _patch(path, written[2].position + 4, struct.pack(">i", L.MAGIC_BLANK))
+    result = decode(tmp_path)
+    assert [r["uniqueId"] for r in rows(result)] == [f"U{i}" for i in range(12) if i != 2]
+    [q] = result.quarantined.to_pylist()
+    assert q["segmentPosition"] == written[2].position and "does not end the file" in q["reason"]
+
+
+def test_an_inflated_totalsize_does_not_swallow_the_records_after_it(tmp_path):
+    w, written, path = _store_of(tmp_path)
+    _patch(path, written[3].position, struct.pack(">i", written[3].length * 4))
+    result = decode(tmp_path)
+    assert [r["uniqueId"] for r in rows(result)] == [f"U{i}" for i in range(12) if i != 3]
+    [q] = result.quarantined.to_pylist()
+    assert (q["segmentPosition"], q["recordLength"]) == (written[3].position, written[3].length)
+
+
+def test_zeros_inside_the_live_file_hide_no_record(tmp_path):
+    w, written, path = _store_of(tmp_path)
+    _patch(path, written[4].position, bytes(written[4].length + written[5].length))
+    result = decode(tmp_path)
+    assert len(rows(result)) == 10
+    [q] = result.quarantined.to_pylist()
+    assert q["segmentPosition"] == written[4].position and q["rawBytes"] == bytes(q["recordLength"])
+
+
+def test_a_file_that_shrinks_while_read_ends_the_read_with_a_loss_row(tmp_path):
+    w, written, path = _store_of(tmp_path, n=40)
+    codec = RocketMqCommitLogCodec(chunk_bytes=1000)
+    [seg] = codec.scan(str(tmp_path)).segments
+    assert codec.advance(str(tmp_path), seg, 0, seg.committed_end, 2000, None)[1] >= 1
+    results = codec.decode(str(tmp_path), seg, 0, seg.committed_end)
+    first = next(results)
+    os.truncate(path, 3000)
+    rest = list(results)  # no hang
+    loss = rest[-1].batch.to_pylist()[-1]
+    assert "shrank" in loss["reason"] and loss["segmentPosition"] + loss["recordLength"] == seg.committed_end
+    assert all(c <= 3000 for c in codec.split_points(str(tmp_path), seg, 0, seg.committed_end, 500))
+    total = first.decoded_bytes + sum(r.decoded_bytes + r.quarantined_bytes for r in rest)
+    assert total == seg.committed_end
+
+
+def test_a_store_of_empty_files(tmp_path):
+    os.makedirs(tmp_path / "commitlog")
+    (tmp_path / "commitlog" / L.file_name(0)).write_bytes(b"")
+    result = decode(tmp_path)
+    assert result.table.num_rows == 0 and [s.committed_end for s in result.scan.segments] == [0]

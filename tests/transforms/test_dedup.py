@@ -7,7 +7,7 @@ from transforms.dedup import dedup_key, mark_producer_retries
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 COLS = "topic string, partition int, segment string, segmentPosition bigint, storeTimestamp timestamp, " \
-       "uniqueId string, traceId string, bornHost string, body binary, deliveryCount int"
+       "uniqueId string, traceId string, bornHost string, body binary, deliveryCount int, systemCopy boolean"
 
 
 def rows(spark, data):
@@ -20,16 +20,17 @@ def at(seconds):
 
 def test_retries_are_marked_within_the_watermark(spark):
     batch = rows(spark, [
-        ("t", 0, "s0", 0, at(0), None, "7", "h:1", b"a", 0),     # first copy
-        ("t", 1, "s1", 10, at(5), None, "7", "h:1", b"a", 0),    # retry, other partition
-        ("t", 0, "s0", 50, at(700), None, "7", "h:1", b"a", 0),  # past the watermark: not a retry
-        ("t", 0, "s0", 90, at(1), None, "7", "h:2", b"a", 0),    # other producer
-        ("t", 0, "s0", 120, at(2), None, "7", "h:1", b"b", 0),   # other body
-        ("t", 0, "s0", 150, at(3), None, None, "h:1", b"a", 0),  # no trace id, no unique id: no key
-        ("t", 0, "s0", 180, at(4), "U1", None, None, b"x", 0),   # first by unique id
-        ("t", 0, "s0", 210, at(6), "U1", "9", None, b"y", 0),    # same unique id, different body
-        ("t", 0, "s0", 230, at(7), "U1", None, None, b"x", 1),   # consumer redelivery (count+1): not a copy
-        (None, 0, "s0", 240, at(6), None, None, None, None, 0),  # None everywhere
+        ("t", 0, "s0", 0, at(0), None, "7", "h:1", b"a", 0, False),     # first copy
+        ("t", 1, "s1", 10, at(5), None, "7", "h:1", b"a", 0, False),    # retry, other partition
+        ("t", 0, "s0", 50, at(700), None, "7", "h:1", b"a", 0, False),  # past the watermark: not a retry
+        ("t", 0, "s0", 90, at(1), None, "7", "h:2", b"a", 0, False),    # other producer
+        ("t", 0, "s0", 120, at(2), None, "7", "h:1", b"b", 0, False),   # other body
+        ("t", 0, "s0", 150, at(3), None, None, "h:1", b"a", 0, False),  # no trace id, no unique id: no key
+        ("t", 0, "s0", 180, at(4), "U1", None, None, b"x", 0, False),   # first by unique id
+        ("t", 0, "s0", 210, at(6), "U1", "9", None, b"y", 0, False),    # same unique id, different body
+        ("t", 0, "s0", 230, at(7), "U1", None, None, b"x", 1, False),   # consumer redelivery (count+1): not a copy
+        ("t", 0, "s0", 235, at(7), "U1", None, None, b"x", 0, True),    # broker-internal copy: not a retry
+        (None, 0, "s0", 240, at(6), None, None, None, None, 0, False),  # None everywhere
     ])
     earlier = spark.createDataFrame([], "dedupKey string, storeTimestamp timestamp, partition int, segment string, "
                                         "segmentPosition bigint")
@@ -37,16 +38,16 @@ def test_retries_are_marked_within_the_watermark(spark):
         "segmentPosition", F.col("retryOf.segment").alias("seg"), F.col("retryOf.segmentPosition").alias("pos"))
     expected = spark.createDataFrame(
         [(0, None, None), (10, "s0", 0), (50, None, None), (90, None, None), (120, None, None),
-         (150, None, None), (180, None, None), (210, "s0", 180), (230, None, None), (240, None, None)],
+         (150, None, None), (180, None, None), (210, "s0", 180), (230, None, None), (235, None, None), (240, None, None)],
         "segmentPosition bigint, seg string, pos bigint")
     assert_df_equality(out, expected, ignore_row_order=True, ignore_nullable=True)
 
 
 def test_a_first_copy_already_in_the_table_wins(spark):
-    original = rows(spark, [("t", 0, "old", 4, at(0), None, "7", "h:1", b"a", 0)])
+    original = rows(spark, [("t", 0, "old", 4, at(0), None, "7", "h:1", b"a", 0, False)])
     earlier = original.select(dedup_key().alias("dedupKey"), "storeTimestamp", "partition", "segment", "segmentPosition")
-    batch = rows(spark, [("t", 0, "new", 0, at(30), None, "7", "h:1", b"a", 0),
-                         ("t", 0, "new", 40, at(31), None, "7", "h:1", b"a", 0)])
+    batch = rows(spark, [("t", 0, "new", 0, at(30), None, "7", "h:1", b"a", 0, False),
+                         ("t", 0, "new", 40, at(31), None, "7", "h:1", b"a", 0, False)])
     out = mark_producer_retries(batch, earlier, 600).orderBy("segmentPosition").collect()
     assert [(r.retryOf.segment, r.retryOf.segmentPosition) for r in out] == [("old", 4), ("old", 4)]
     assert out[0].dedupKey == out[1].dedupKey and len(out[0].dedupKey) == 64

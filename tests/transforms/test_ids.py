@@ -29,16 +29,19 @@ def test_unique_id_parts_recover_ip_pid_zone_and_time(spark):
     local = dt.datetime(2026, 11, 22, 9, 0, 0, tzinfo=UTC)  # 09:00 on the producer's clock at +01:00
     secs = int((local - dt.datetime(2021, 1, 1, tzinfo=UTC)).total_seconds())
     v1 = "01" + "A1B2C3D4E5F6" + "0102" + f"{secs:08X}" + "0000002A"
-    rows = [(k, b) for k, b, *_ in cases] + [(v1, local - dt.timedelta(hours=1)), ("NOTANID", local), (None, local)]
-    df = spark.createDataFrame(rows, "uniqueId string, bornTimestamp timestamp")
-    out = df.select(unique_id_parts("uniqueId", "bornTimestamp").alias("p")).collect()
+    rows = [(k, ms(b)) for k, b, *_ in cases] + [(v1, ms(local) - 3_600_000), ("NOTANID", ms(local)), (None, ms(local))]
+    df = spark.createDataFrame(rows, "uniqueId string, born_ms bigint").select(
+        "uniqueId", F.timestamp_millis("born_ms").alias("bornTimestamp"))
+    out = (df.select(unique_id_parts("uniqueId", "bornTimestamp").alias("p"))
+           .select("p", F.unix_millis("p.idTime").alias("id_ms")).collect())  # epoch ms: no local-zone conversion
     for (key, born, ip, pid, offset, when), r in zip(cases, out):
         p = r.p
         assert (p.version, p.pid, p.producerUtcOffsetMinutes, p.counter) == ("v0", pid, offset, 9), key
         assert p.ip == (".".join(map(str, ip)) if len(ip) == 4 else "fd00:0:0:0:0:0:0:17")
-        assert p.idTime.replace(tzinfo=UTC) == when if p.idTime.tzinfo is None else p.idTime == when
+        assert r.id_ms == ms(when)
     g = out[3].p
     assert (g.version, g.mac, g.pid, g.producerUtcOffsetMinutes, g.counter) == ("v1", "a1:b2:c3:d4:e5:f6", 258, 60, 42)
+    assert out[3].id_ms == ms(local) - 3_600_000
     assert out[4].p is None and out[5].p is None
 
 
