@@ -74,6 +74,15 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--messages", type=int, default=DEMO_MESSAGES, help=f"sample messages (default {DEMO_MESSAGES:,})")
     demo.add_argument("--fresh", action="store_true", help="delete the demo data and lake first")
 
+    pkg = sub.add_parser(
+        "package", parents=[common], help="build the code zip for a cluster and print a spark-submit line",
+        description="Write msglake's Python packages as one zip for --py-files (named by a digest of the code) "
+                    "and print it with the Delta jars and a spark-submit command that runs `msglake ingest` on a "
+                    "cluster. `msglake ingest --master spark://...` does the same shipping by itself.",
+    )
+    pkg.add_argument("--out", metavar="DIR", default=os.environ.get("MSGLAKE_DIST_DIR", "dist"),
+                     help="folder for the zip (env MSGLAKE_DIST_DIR; default ./dist)")
+
     gen = sub.add_parser(
         "generate", help="write sample broker data (real on-disk layout) with known contents",
         description="Write sample NSQ extended-message segments and meta files, as nsqd lays them out, or a "
@@ -165,6 +174,22 @@ def _generate(fmt: str, out: str, messages: int, seed: int = 7, segment_bytes: i
     return generate(out, messages, seed=seed, max_bytes_per_file=segment_bytes, bad_inputs=bad_inputs)
 
 
+def cmd_package(args) -> int:
+    from pipelines.package import build_pyfiles
+    from pipelines.session import delta_jars
+
+    settings = _load_settings(args)
+    zip_path = build_pyfiles(os.path.abspath(args.out))
+    jars = delta_jars(settings)
+    submit = os.path.join(os.path.dirname(os.path.abspath(__file__)), "submit.py")
+    print(f"code:  {zip_path}")
+    print(f"jars:  {len(jars)} files in {os.path.dirname(jars[0])}")
+    print("run on a cluster (the conf, segments, lake and checkpoints on storage every node sees):")
+    print(f"  spark-submit --master {args.master or 'spark://HOST:7077'} --py-files {zip_path} \\\n"
+          f"    --jars {','.join(jars)} \\\n    {submit} ingest --conf /shared/msglake.yaml")
+    return 0
+
+
 def cmd_generate(args) -> int:
     started = time.monotonic()
     truth = _generate(args.format, args.out, args.messages, args.seed, args.segment_bytes, not args.no_bad_inputs)
@@ -234,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     from pipelines.session import MissingJarsError
 
     args = _parser().parse_args(argv)
-    handlers = {"ingest": cmd_ingest, "stream": cmd_stream, "demo": cmd_demo, "generate": cmd_generate}
+    handlers = {"ingest": cmd_ingest, "stream": cmd_stream, "demo": cmd_demo, "generate": cmd_generate,
+                "package": cmd_package}
     try:
         return handlers[args.command](args)
     except (settings_mod.SettingsError, MissingJarsError, FileNotFoundError) as e:

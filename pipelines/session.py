@@ -33,12 +33,27 @@ def delta_jars(settings: Settings) -> list[str]:
     return jars
 
 
+def is_local(master: str) -> bool:
+    """True for the in-process masters (``local``, ``local[N]``, ``local[*]``...)."""
+    return master == "local" or master.startswith("local[") or master.startswith("local-cluster[")
+
+
+def submitted() -> bool:
+    """True inside ``spark-submit pipelines/submit.py``: spark-submit owns master, jars and py-files."""
+    return os.environ.get("MSGLAKE_SPARK_SUBMIT") == "1"
+
+
 def build_session(settings: Settings, app_name: str | None = None, master: str | None = None):
     """Create (or return the running) SparkSession for ``settings``.
 
     Delta's SQL extension and catalog are set, the driver is bound to 127.0.0.1, time is
     UTC, the ``msglake`` data source is registered and the lake's tables are in the catalog.
     ``spark.conf`` entries of the settings override the defaults set here.
+
+    On a cluster master (``spark://``, ``yarn``, ``k8s://``) the executors get msglake's code
+    as a zip (:func:`pipelines.package.build_pyfiles`) and the Delta jars through ``spark.jars``
+    (served by the driver). Under ``spark-submit`` (:mod:`pipelines.submit`) the master, jars
+    and py-files given to spark-submit are used as they are.
     """
     from pyspark.sql import SparkSession
 
@@ -51,10 +66,7 @@ def build_session(settings: Settings, app_name: str | None = None, master: str |
     # run them on this interpreter, the one msglake is installed in.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    log4j = REPO_ROOT / "conf" / "log4j2.properties"
     conf = {
-        "spark.jars": ",".join(delta_jars(settings)),
-        "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{log4j}",
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.driver.bindAddress": "127.0.0.1",
@@ -67,12 +79,22 @@ def build_session(settings: Settings, app_name: str | None = None, master: str |
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     }
+    builder = SparkSession.builder.appName(app_name or settings.spark.appName)
+    master = master or settings.spark.master
+    if not submitted():
+        log4j = REPO_ROOT / "conf" / "log4j2.properties"
+        conf["spark.jars"] = ",".join(delta_jars(settings))
+        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{log4j}"
+        builder = builder.master(master)
     conf.update({k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in settings.spark.conf.items()})
-    builder = SparkSession.builder.master(master or settings.spark.master).appName(app_name or settings.spark.appName)
     for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if not submitted() and not is_local(master):
+        from pipelines.package import build_pyfiles
+
+        spark.sparkContext.addPyFile(build_pyfiles())
     spark.dataSource.register(MsglakeDataSource)
     register_tables(spark, settings)
     return spark

@@ -1,0 +1,95 @@
+"""Ingest throughput through a two-worker Spark standalone cluster next to local mode, same data.
+
+    .venv/bin/python benchmarks/bench_cluster.py [--messages 300000]
+
+Generates an NSQ data set once (bench-data/), then runs `msglake ingest` three times as a
+user would, each into a fresh lake: local[2], and on a standalone cluster of two 1-core
+workers on loopback, via `msglake ingest --master spark://...` and via spark-submit of
+pipelines/submit.py. Row counts are checked; the result goes to benchmarks/results/.
+On one 2-core machine the cluster cannot beat local mode (same cores, plus executor JVMs
+and a network hop); the figures show what the distribution costs, not a scale-out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--messages", type=int, default=300_000, help="messages in the data set (default 300,000)")
+    args = p.parse_args()
+
+    from formats.nsq_samples import generate
+    from pipelines import settings as S
+    from pipelines.cluster import standalone
+    from pipelines.package import build_pyfiles
+    from pipelines.session import delta_jars
+
+    data = REPO / "bench-data" / f"cluster-nsq-{args.messages}"
+    if not (data / ".complete").exists():
+        shutil.rmtree(data, ignore_errors=True)
+        truth = generate(str(data), args.messages, max_bytes_per_file=64 << 20, bad_inputs=False)
+        (data / ".complete").write_text(str(len(truth.messages)))
+    expected = int((data / ".complete").read_text())
+    work = REPO / "bench-data" / "cluster-run"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    doc = S.load(S.DEFAULT_CONF, env={}).model_dump()
+    doc["sources"] = [{"name": "bench", "format": "nsq-ext", "path": str(data)}]
+    doc["ingest"]["maxBytesPerTrigger"] = 64 << 20
+    conf = work / "bench.yaml"
+    conf.write_text(yaml.safe_dump(doc))
+    settings = S.from_dict(doc)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    results = {}
+
+    def run(name: str, cmd: list[str]) -> None:
+        started = time.monotonic()
+        r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+        seconds = time.monotonic() - started
+        if r.returncode != 0:
+            raise SystemExit(f"{name} failed:\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
+        decoded = next(int(line.split()[1].replace(",", "")) for line in r.stdout.splitlines()
+                       if line.strip().startswith("decoded"))
+        assert decoded == expected, (name, decoded, expected)
+        results[name] = {"seconds": seconds, "messages_per_s": expected / seconds}
+        print(f"{name:<28} {seconds:6.1f} s  {expected / seconds:>9,.0f} msg/s (whole command, JVM start included)",
+              flush=True)
+
+    msglake = [str(BIN / "msglake"), "ingest", "--conf", str(conf), "--quiet"]
+    run("local[2]", [*msglake, "--lake", str(work / "lake-local"), "--master", "local[2]"])
+    with standalone(work / "cluster", workers=2, cores=1, memory="3g") as cluster:
+        run("standalone, msglake --master", [*msglake, "--lake", str(work / "lake-cli"), "--master", cluster.master_url])
+        run("standalone, spark-submit", [
+            str(BIN / "spark-submit"), "--master", cluster.master_url, "--py-files", build_pyfiles(),
+            "--jars", ",".join(delta_jars(settings)), "--conf", "spark.driver.host=127.0.0.1",
+            str(REPO / "pipelines" / "submit.py"), "ingest", "--conf", str(conf), "--quiet",
+            "--lake", str(work / "lake-submit")])
+    result = {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform()},
+        "messages": expected, "runs": results,
+    }
+    out = REPO / "benchmarks" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"cluster-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    path.write_text(json.dumps(result, indent=2))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

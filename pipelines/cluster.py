@@ -1,0 +1,140 @@
+"""A Spark standalone cluster on loopback, started from the installed pyspark (tests, benchmarks, trials).
+
+::
+
+    with standalone(work_dir, workers=2) as cluster:
+        subprocess.run(["msglake", "ingest", "--master", cluster.master_url])
+
+One master and ``workers`` workers, each a ``spark-class`` process in a session of its own,
+bound to 127.0.0.1. Stopping signals each process group it started (the executors a worker
+launched are in its group), then waits, then kills what is left: nothing outlives the block.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class StandaloneCluster:
+    master_url: str
+    web_url: str
+    work_dir: Path
+    processes: list[subprocess.Popen] = field(default_factory=list)
+
+    def status(self) -> dict:
+        """The master's JSON status (workers, running and completed applications)."""
+        with urllib.request.urlopen(f"{self.web_url}/json/", timeout=5) as r:
+            return json.load(r)
+
+    def stop(self, grace: float = 20.0) -> None:
+        """Stop every process group this cluster started: SIGTERM, then SIGKILL after ``grace`` s."""
+        for p in reversed(self.processes):  # workers (and their executors) before the master
+            _signal_group(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for p in self.processes:
+            try:
+                p.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                pass
+        for p in self.processes:
+            _signal_group(p.pid, signal.SIGKILL)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        deadline = time.monotonic() + 10
+        while self.alive_groups() and time.monotonic() < deadline:
+            time.sleep(0.1)  # killed members are reaped by init shortly after
+
+    def alive_groups(self) -> list[int]:
+        """Process groups of this cluster that still have a member."""
+        alive = []
+        for p in self.processes:
+            try:
+                os.killpg(p.pid, 0)
+                alive.append(p.pid)
+            except ProcessLookupError:
+                pass
+        return alive
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def start_standalone(work_dir: str | os.PathLike, workers: int = 2, cores: int = 1, memory: str = "2g",
+                     timeout: float = 120.0) -> StandaloneCluster:
+    """Start a master and ``workers`` workers on 127.0.0.1; returns once every worker has registered."""
+    work = Path(work_dir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    home = spark_home()
+    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_MASTER_HOST": "127.0.0.1",
+           "SPARK_LOG_DIR": str(work / "logs"), "SPARK_WORKER_DIR": str(work / "worker")}
+    port, web = _free_port(), _free_port()
+    cluster = StandaloneCluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{web}", work)
+    spark_class = str(home / "bin" / "spark-class")
+
+    def launch(name: str, *args: str) -> None:
+        log = open(work / f"{name}.log", "ab")
+        cluster.processes.append(
+            subprocess.Popen([spark_class, *args], env=env, stdout=log, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, start_new_session=True)
+        )
+        log.close()
+
+    try:
+        launch("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+               "--webui-port", str(web))
+        for i in range(workers):
+            launch(f"worker-{i}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                   "--cores", str(cores), "--memory", memory, "--webui-port", str(_free_port()),
+                   "--work-dir", str(work / f"worker-{i}"), cluster.master_url)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if cluster.status().get("aliveworkers", 0) >= workers:
+                    return cluster
+            except OSError:
+                pass  # the master's web UI is not up yet
+            dead = [p.args[1] for p in cluster.processes if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                raise RuntimeError(f"standalone cluster did not come up ({'exited: ' + ', '.join(dead) if dead else 'timeout'}); "
+                                   f"logs in {work}")
+            time.sleep(0.5)
+    except BaseException:
+        cluster.stop(grace=5)
+        raise
+
+
+@contextmanager
+def standalone(work_dir: str | os.PathLike, **kw):
+    """:func:`start_standalone` as a context manager that always stops the cluster."""
+    cluster = start_standalone(work_dir, **kw)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

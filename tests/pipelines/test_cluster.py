@@ -1,0 +1,88 @@
+"""The same ingest on a real Spark standalone cluster (master + two workers on loopback)."""
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+from chispa import assert_df_equality
+from pyspark.sql import functions as F, types as T
+
+from formats.nsq_samples import generate as generate_nsq
+from formats.rocketmq_samples import generate as generate_rocketmq
+from pipelines import settings as settings_mod
+from pipelines.cluster import start_standalone
+from pipelines.ingest import ingest
+from pipelines.package import build_pyfiles
+from pipelines.session import delta_jars
+from tests.conftest import make_settings
+
+pytestmark = pytest.mark.slow
+
+BIN = os.path.dirname(sys.executable)
+VOLATILE = {"ingestedAt", "quarantinedAt"}  # when the row was written
+
+
+def lake_rows(spark, root, table):
+    """A table's rows, maps as sorted entry arrays (Spark cannot sort or compare maps)."""
+    df = spark.read.format("delta").load(os.path.join(root, table))
+    maps = {f.name for f in df.schema.fields if isinstance(f.dataType, T.MapType)}
+    return df.select(*[F.array_sort(F.map_entries(c)).alias(c) if c in maps else F.col(c)
+                       for c in sorted(df.columns) if c not in VOLATILE])
+
+
+def test_ingest_on_a_standalone_cluster_equals_local_mode(spark, tmp_path):
+    generate_nsq(str(tmp_path / "nsq"), 800, max_bytes_per_file=64 << 10)
+    generate_rocketmq(str(tmp_path / "store"), 400, file_size=64 << 10)
+    doc = make_settings(tmp_path / "lake-local").model_dump()
+    doc["sources"] = [
+        {"name": "nsq", "format": "nsq-ext", "path": str(tmp_path / "nsq"), "storeHost": "10.0.0.1:4150"},
+        {"name": "rmq", "format": "rocketmq-commitlog", "path": str(tmp_path / "store")},
+    ]
+    local = settings_mod.from_dict(doc)
+    conf = tmp_path / "cluster.yaml"
+    conf.write_text(yaml.safe_dump(doc))
+    elsewhere = tmp_path / "elsewhere"  # the jobs must not depend on the driver's working directory
+    elsewhere.mkdir()
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+
+    cluster = start_standalone(tmp_path / "cluster", workers=2, cores=1, memory="2g")
+    try:
+        by_cli = subprocess.run(
+            [os.path.join(BIN, "msglake"), "ingest", "--conf", str(conf), "--lake", str(tmp_path / "lake-cli"),
+             "--master", cluster.master_url, "--quiet"],
+            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
+        assert by_cli.returncode == 0, by_cli.stdout[-2000:] + by_cli.stderr[-3000:]
+        by_submit = subprocess.run(
+            [os.path.join(BIN, "spark-submit"), "--master", cluster.master_url, "--py-files", build_pyfiles(),
+             "--jars", ",".join(delta_jars(local)), "--conf", "spark.driver.host=127.0.0.1",
+             os.path.join(os.path.dirname(settings_mod.__file__), "submit.py"),
+             "ingest", "--source", "rmq", "--conf", str(conf), "--lake", str(tmp_path / "lake-submit"), "--quiet"],
+            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
+        assert by_submit.returncode == 0, by_submit.stdout[-2000:] + by_submit.stderr[-3000:]
+        apps = cluster.status()["completedapps"] + cluster.status()["activeapps"]
+    finally:
+        cluster.stop()
+    assert cluster.alive_groups() == [], "a cluster process outlived the test"
+
+    # Both jobs ran on the cluster's executors, each of them fetching msglake's code zip.
+    assert len(apps) == 2 and all(a["cores"] == 2 for a in apps), apps
+    for app in apps:
+        fetched = glob.glob(str(tmp_path / "cluster" / "worker-*" / app["id"] / "*" / "msglake-*.zip"))
+        assert len(fetched) == 2, (app["id"], fetched)  # one per executor
+
+    for source in ("nsq", "rmq"):
+        assert ingest(spark, local, source).balanced
+    # msglake --master ran both sources; spark-submit the RocketMQ one (each costs ~1 min here).
+    for out, result, only in (("lake-cli", by_cli, None), ("lake-submit", by_submit, "rocketmq_commitlog")):
+        assert "every byte of this run is accounted for" in result.stdout
+        for table in ("messages", "quarantine", "consumer_offsets"):
+            want = lake_rows(spark, tmp_path / "lake-local", table)
+            if only and table != "consumer_offsets":
+                want = want.where(F.col("sourceFormat") == only)
+            got = lake_rows(spark, tmp_path / out, table)
+            assert got.count() == want.count() > 0, (out, table)
+            assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
