@@ -8,9 +8,11 @@
 One master and ``workers`` workers, each a ``spark-class`` process in a session of its own,
 bound to 127.0.0.1. Stopping signals each process group it started (the executors a worker
 launched are in its group), then waits, then kills what is left: nothing outlives the block.
+If the starting process is killed before it can stop them, they get SIGTERM from the kernel.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -79,6 +81,15 @@ class StandaloneCluster:
         return alive
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM when the process that started it dies (Linux), so a
+    killed test or benchmark leaves no cluster behind even when its cleanup code never runs."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 def _signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
@@ -102,7 +113,7 @@ def start_standalone(work_dir: str | os.PathLike, workers: int = 2, cores: int =
         log = open(work / f"{name}.log", "ab")
         cluster.processes.append(
             subprocess.Popen([spark_class, *args], env=env, stdout=log, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, start_new_session=True)
+                             stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
         )
         log.close()
 
