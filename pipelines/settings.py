@@ -112,8 +112,30 @@ class IngestSettings(_Strict):
     dedupWatermarkSeconds: Annotated[int, Field(ge=0)] = 600
 
 
+NonNegativeInt = Annotated[int, Field(ge=0)]
+
+
+class TopicPolicy(_Strict):
+    """Delivery rules of the topics a pattern matches (shared/specs/semantics.md §1); all optional."""
+
+    messageTtlMs: NonNegativeInt | None = None
+    deadLetterTopic: str | None = None
+    deadLetterRoutingKey: str | None = None
+    deadLetterExchange: str | None = None
+    maxLength: NonNegativeInt | None = None
+    maxLengthBytes: NonNegativeInt | None = None
+    overflow: Literal["drop-head", "reject-publish", "reject-publish-dlx"] = "drop-head"
+    maxDeliveries: NonNegativeInt | None = None
+    maxPriority: Annotated[int, Field(ge=1, le=255)] | None = None
+    maxDelayMs: NonNegativeInt = 40 * 24 * 3600 * 1000
+    expiryAtHeadOnly: bool = False
+
+
 class Settings(_Strict):
     lake: LakeSettings = Field(default_factory=LakeSettings)
+    #: Topic name or glob pattern -> its policy; the most specific match wins (exact names first,
+    #: then the pattern with the most literal characters).
+    policies: dict[str, TopicPolicy] = Field(default_factory=dict)
     spark: SparkSettings = Field(default_factory=SparkSettings)
     sources: list[SourceSettings] = Field(default_factory=list)
     ingest: IngestSettings = Field(default_factory=IngestSettings)

@@ -1,0 +1,133 @@
+"""semantics.md §1-4, §7 as columns: one test per rule."""
+import datetime as dt
+
+import pytest
+from pyspark.sql import functions as F
+
+from pipelines import settings as S
+from transforms.semantics import (
+    deliver_at,
+    delay_exceeds_max,
+    effective_priority,
+    expire_at,
+    expire_time_ignored,
+    policy_value,
+    state_at,
+    stored_by,
+)
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2026, 11, 1, tzinfo=UTC)
+COLS = ("id int, topic string, priority int, headers map<string,string>, properties map<string,string>, "
+        "bornTimestamp timestamp, storeTimestamp timestamp, delayTime bigint, startDeliverTime timestamp, "
+        "expireTime timestamp")
+
+
+def at(ms):
+    return None if ms is None else T0 + dt.timedelta(milliseconds=ms)
+
+
+def row(i, topic="orders", priority=5, headers=None, properties=None, born=0, store=10, delay=None, deliver=None,
+        expire=None):
+    return (i, topic, priority, headers or {}, properties or {}, at(born), at(store), delay, at(deliver), at(expire))
+
+
+def ms_of(col):
+    return F.unix_millis(col) - int(T0.timestamp() * 1000)
+
+
+def policies(doc):
+    return {k: v.model_dump() for k, v in S.from_dict({"policies": doc}).policies.items()}
+
+
+def test_the_most_specific_policy_wins_without_inheriting(spark):
+    pol = policies({"*": {"messageTtlMs": 1}, "ord*": {"messageTtlMs": 2}, "orders.eu*": {"maxLength": 5},
+                    "orders": {"messageTtlMs": 4}})
+    df = spark.createDataFrame([("orders",), ("orders.eu-1",), ("order",), ("payments",)], "topic string")
+    got = [r.v for r in df.select(policy_value(pol, "messageTtlMs").alias("v")).collect()]
+    assert got == [4, None, 2, 1]  # orders.eu* wins for orders.eu-1 and sets no TTL
+    assert [r.v for r in df.select(policy_value({}, "messageTtlMs", 9).alias("v")).collect()] == [9] * 4
+
+
+def test_effective_ttl_is_the_smaller_of_queue_ttl_and_message_expiration(spark):
+    pol = policies({"orders": {"messageTtlMs": 1000}})
+    df = spark.createDataFrame([
+        row(1, properties={"expiration": "300"}),      # message's own is shorter
+        row(2, properties={"expiration": "5000"}),     # queue TTL is shorter
+        row(3),                                        # queue TTL only
+        row(4, topic="payments"),                      # no policy, no expiration: never
+        row(5, properties={"expiration": "0"}),        # "0": expires at once
+        row(6, properties={"expiration": "soon"}),     # not a number: ignored
+        row(7, expire=500),                            # expireTime earlier than both
+        row(8, born=100, expire=100),                  # expireTime at born: ignored (and flagged)
+    ], COLS)
+    out = df.select("id", ms_of(expire_at(pol)).alias("e"), expire_time_ignored().alias("ignored")).collect()
+    assert [(r.id, r.e) for r in out] == [(1, 310), (2, 1010), (3, 1010), (4, None), (5, 10), (6, 1010), (7, 500),
+                                          (8, 1010)]
+    assert [r.id for r in out if r.ignored] == [8]
+
+
+def test_delivery_time_by_header_level_and_timer(spark):
+    df = spark.createDataFrame([
+        row(1, delay=5000),                      # delayTime header (or a RocketMQ DELAY level, decoded to ms)
+        row(2, born=None, store=40, delay=100),  # no born time: from the store time
+        row(3, delay=5000, deliver=90_000),      # absolute time wins (RocketMQ TIMER_DELIVER_MS)
+        row(4),                                  # no delay: when stored
+    ], COLS)
+    assert [r.d for r in df.select(ms_of(deliver_at()).alias("d")).collect()] == [5000, 140, 90_000, 10]
+
+
+def test_delay_past_max_delay_is_flagged_not_dropped(spark):
+    pol = policies({"orders": {"maxDelayMs": 60_000}})
+    df = spark.createDataFrame([row(1, delay=60_000), row(2, delay=60_001), row(3, topic="x", delay=10**9),
+                                row(4, topic="x", delay=41 * 24 * 3600 * 1000)], COLS)
+    assert [r.f for r in df.select(delay_exceeds_max(pol).alias("f")).collect()] == [False, True, False, True]
+
+
+def test_priority_rules(spark):
+    pol = policies({"amqp.*": {"maxPriority": 3}})
+    df = spark.createDataFrame([
+        row(1, priority=7, headers={"priority": "7"}),
+        row(2, priority=0, headers={"priority": "0"}),            # outside 1..10: 5
+        row(3, priority=11, headers={"priority": "11"}),          # outside 1..10: 5
+        row(4, topic="amqp.q", priority=9, headers={"priority": "9"}),  # above maxPriority: the max
+        row(5, topic="amqp.q", priority=5),                       # missing in AMQP mode: 0
+        row(6, topic="amqp.q", priority=2, headers={"priority": "2"}),
+    ], COLS)
+    got = [r.p for r in df.select(effective_priority(pol).alias("p")).collect()]
+    assert got == [7, 5, 5, 3, 0, 2]
+    assert [r.priority for r in df.collect()] == [7, 0, 11, 9, 5, 2]  # stored values never change
+
+
+@pytest.mark.parametrize(("t", "states"), [
+    (15, ["scheduled", "scheduled", "ready", "ready"]),
+    (400, ["scheduled", "expired", "ready", "ready"]),
+    (2000, ["ready", "expired", "ready", "expired"]),
+])
+def test_state_at_replays_consistently(spark, t, states):
+    pol = policies({"orders": {"messageTtlMs": 1500}})
+    df = spark.createDataFrame([
+        row(1, topic="x", delay=1000),                              # scheduled, then ready
+        row(2, topic="x", delay=1000, properties={"expiration": "300"}),  # expires before it is deliverable
+        row(3, topic="x", store=0),                                 # ready, never expires
+        row(4),                                                     # ready, then expired (queue TTL)
+    ], COLS)
+    assert [r.s for r in df.orderBy("id").select(state_at(at(t), pol).alias("s")).collect()] == states
+    assert df.where(stored_by(at(5))).count() == 1  # a replay at T sees only what was stored by T (row 3)
+
+
+@pytest.mark.parametrize(("doc", "key"), [
+    ({"orders": {"messageTtlMs": -1}}, "policies.orders.messageTtlMs"),
+    ({"orders": {"maxLength": "ten"}}, "policies.orders.maxLength"),
+    ({"orders": {"ttl": 5}}, "policies.orders.ttl: unknown key"),
+    ({"orders": {"overflow": "drop-tail"}}, "policies.orders.overflow"),
+])
+def test_policy_errors_name_the_key(doc, key):
+    with pytest.raises(S.SettingsError, match=key.replace(".", r"\.")):
+        S.from_dict({"policies": doc})
+
+
+def test_a_dead_letter_loop_is_valid_configuration():
+    s = S.from_dict({"policies": {"a": {"deadLetterTopic": "a"}, "b": {"deadLetterTopic": "c"},
+                                  "c": {"deadLetterTopic": "b", "messageTtlMs": 0}}})
+    assert s.policies["a"].deadLetterTopic == "a" and s.policies["c"].overflow == "drop-head"

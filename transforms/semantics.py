@@ -1,0 +1,140 @@
+"""Delivery semantics as Spark columns: priority, delivery time, expiry, state at ``T``.
+
+shared/specs/semantics.md §1-4 and §7 (without dead-lettering). Every helper is a pure Column
+expression built from Spark built-ins; topic policies come in as plain mappings (pattern ->
+policy fields, as ``pipelines.settings.TopicPolicy.model_dump()`` gives them) and the
+evaluation time ``as_of`` is a parameter: nothing here reads the clock.
+"""
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+
+from pyspark.sql import Column, functions as F
+
+#: OpenMessaging priority range and default.
+MIN_PRIORITY, MAX_PRIORITY, DEFAULT_PRIORITY = 1, 10, 5
+#: semantics.md §1: the default ``maxDelayMs`` (40 days).
+DEFAULT_MAX_DELAY_MS = 40 * 24 * 3600 * 1000
+
+Policies = Mapping[str, Mapping]
+
+
+def _is_glob(pattern: str) -> bool:
+    return any(c in pattern for c in "*?[")
+
+
+def _ordered(policies: Policies) -> list[tuple[str, Mapping]]:
+    """Most specific first: exact names, then patterns with more literal characters, then file order."""
+    def literal(p: str) -> int:
+        return len(p) - sum(p.count(c) for c in "*?[]")
+
+    items = list(policies.items())
+    return sorted(items, key=lambda kv: (_is_glob(kv[0]), -literal(kv[0]), items.index(kv)))
+
+
+def _matches(pattern: str, topic: Column) -> Column:
+    if not _is_glob(pattern):
+        return topic == F.lit(pattern)
+    return topic.rlike(fnmatch.translate(pattern))
+
+
+def policy_value(policies: Policies, key: str, default=None, topic: Column | None = None) -> Column:
+    """The policy field ``key`` for each row's topic (the most specific matching policy's), else ``default``.
+
+    A matching policy that leaves ``key`` unset gives ``default``: policies do not inherit
+    from less specific patterns.
+    """
+    topic = F.col("topic") if topic is None else topic
+    chain = None
+    for pattern, policy in _ordered(policies):
+        value = policy.get(key)
+        value = default if value is None else value
+        cond = _matches(pattern, topic)
+        chain = F.when(cond, F.lit(value)) if chain is None else chain.when(cond, F.lit(value))
+    return F.lit(default) if chain is None else chain.otherwise(F.lit(default))
+
+
+def _plus_ms(ts: Column, ms: Column) -> Column:
+    """``ts`` + ``ms`` milliseconds, exact to the microsecond."""
+    return F.timestamp_micros(F.unix_micros(ts) + ms.cast("bigint") * 1000)
+
+
+def effective_priority(policies: Policies) -> Column:
+    """Priority used for ordering (§2); the stored column is never changed.
+
+    OpenMessaging topics: 1..10 as stored, anything else 5. Topics whose policy sets
+    ``maxPriority`` (AMQP style): a missing priority is 0, one above the maximum is the maximum.
+    """
+    given = F.col("headers")["priority"].isNotNull()
+    stored = F.col("priority")
+    max_priority = policy_value(policies, "maxPriority")
+    openmessaging = F.when(stored.between(MIN_PRIORITY, MAX_PRIORITY), stored).otherwise(F.lit(DEFAULT_PRIORITY))
+    amqp = F.when(~given, F.lit(0)).when(stored > max_priority, max_priority).when(stored < 0, F.lit(0)).otherwise(stored)
+    return F.when(max_priority.isNull(), openmessaging).otherwise(amqp).cast("int")
+
+
+def deliver_at() -> Column:
+    """When the message becomes deliverable (§3).
+
+    ``startDeliverTime`` when the source gives an absolute time, else ``coalesce(bornTimestamp,
+    storeTimestamp) + delayTime``, else ``storeTimestamp``.
+    """
+    born = F.coalesce(F.col("bornTimestamp"), F.col("storeTimestamp"))
+    return F.coalesce(F.col("startDeliverTime"), _plus_ms(born, F.col("delayTime")), F.col("storeTimestamp"))
+
+
+def delay_exceeds_max(policies: Policies) -> Column:
+    """True where the delay passes the topic's ``maxDelayMs`` (a quality flag; the message is kept)."""
+    born = F.coalesce(F.col("bornTimestamp"), F.col("storeTimestamp"))
+    delay_ms = F.unix_millis(deliver_at()) - F.unix_millis(born)
+    return F.coalesce(delay_ms > policy_value(policies, "maxDelayMs", DEFAULT_MAX_DELAY_MS), F.lit(False))
+
+
+def expire_time_ignored() -> Column:
+    """True where ``expireTime`` is at or before ``bornTimestamp``: such a message never expires by it (§4)."""
+    return F.coalesce(F.col("expireTime") <= F.col("bornTimestamp"), F.lit(False))
+
+
+def expire_at(policies: Policies) -> Column:
+    """The earliest expiry that applies (§4), null when none does.
+
+    ``expireTime`` (unless at or before ``bornTimestamp``), ``storeTimestamp + messageTtlMs`` of
+    the topic, and ``storeTimestamp +`` the message's own AMQP ``expiration`` property (ms;
+    "0" expires at once unless delivered at once).
+    """
+    store = F.col("storeTimestamp")
+    own = F.col("expireTime")
+    ttl = policy_value(policies, "messageTtlMs")
+    expiration = F.col("properties")["expiration"]
+    expiration_ms = F.when(expiration.rlike("^[0-9]{1,15}$"), expiration.cast("bigint"))
+    return F.least(
+        F.when(~expire_time_ignored(), own),
+        F.when(ttl.isNotNull(), _plus_ms(store, ttl)),
+        F.when(expiration_ms.isNotNull(), _plus_ms(store, expiration_ms)),
+    )
+
+
+def _time(as_of) -> Column:
+    return as_of if isinstance(as_of, Column) else F.lit(as_of).cast("timestamp")
+
+
+def stored_by(as_of) -> Column:
+    """True for messages the broker had stored by ``as_of``: the only ones that exist at that time."""
+    return F.col("storeTimestamp") <= _time(as_of)
+
+
+def state_at(as_of, policies: Policies) -> Column:
+    """``scheduled``, ``expired`` or ``ready`` at ``as_of`` (§7, before dead-lettering).
+
+    For messages stored by ``as_of`` (:func:`stored_by`): one not yet deliverable is
+    ``scheduled``; one whose expiry has passed is ``expired`` (also when it expired before it
+    ever became deliverable); otherwise ``ready``.
+    """
+    t = _time(as_of)
+    expires = expire_at(policies)
+    return (
+        F.when(expires <= t, F.lit("expired"))
+        .when(deliver_at() > t, F.lit("scheduled"))
+        .otherwise(F.lit("ready"))
+    )
