@@ -74,6 +74,20 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--messages", type=int, default=DEMO_MESSAGES, help=f"sample messages (default {DEMO_MESSAGES:,})")
     demo.add_argument("--fresh", action="store_true", help="delete the demo data and lake first")
 
+    sq = sub.add_parser(
+        "sql", parents=[common], help="run a Spark SQL statement against the lake's tables",
+        description="Run one Spark SQL statement against the lake's tables (messages, quarantine, "
+                    "consumer_offsets, ...: registered from the lake folder) and print the result. Read-only: "
+                    "a statement that would change the lake (INSERT, DELETE, MERGE, CREATE, DROP, ALTER, "
+                    "OPTIMIZE, VACUUM, ...) is refused unless --allow-writes is given; SHOW, DESCRIBE and "
+                    "EXPLAIN are fine.",
+    )
+    sq.add_argument("query", help="the SQL statement, e.g. \"SELECT topic, count(*) FROM messages GROUP BY topic\"")
+    sq.add_argument("--format", choices=("table", "json", "csv"), default="table",
+                    help="table (default), json (one object per line; binary as base64) or csv (with a header)")
+    sq.add_argument("--limit", type=int, default=1000, help="rows printed at most (default 1,000)")
+    sq.add_argument("--allow-writes", action="store_true", help="let the statement change tables")
+
     pkg = sub.add_parser(
         "package", parents=[common], help="build the code zip for a cluster and print a spark-submit line",
         description="Write msglake's Python packages as one zip for --py-files (named by a digest of the code) "
@@ -174,6 +188,26 @@ def _generate(fmt: str, out: str, messages: int, seed: int = 7, segment_bytes: i
     return generate(out, messages, seed=seed, max_bytes_per_file=segment_bytes, bad_inputs=bad_inputs)
 
 
+def cmd_sql(args) -> int:
+    from pyspark.errors import PySparkException
+
+    from pipelines.session import build_session
+    from pipelines.sql import WriteRefused, render, run_sql
+
+    settings = _load_settings(args)
+    spark = build_session(settings)
+    try:
+        df = run_sql(spark, args.query, allow_writes=args.allow_writes)
+        sys.stdout.write(render(df, args.format, args.limit))
+    except WriteRefused as e:
+        print(f"msglake: refused: {e}", file=sys.stderr)
+        return 2
+    except PySparkException as e:
+        print(f"msglake: SQL error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def cmd_package(args) -> int:
     from pipelines.package import build_pyfiles
     from pipelines.session import delta_jars
@@ -260,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = _parser().parse_args(argv)
     handlers = {"ingest": cmd_ingest, "stream": cmd_stream, "demo": cmd_demo, "generate": cmd_generate,
-                "package": cmd_package}
+                "package": cmd_package, "sql": cmd_sql}
     try:
         return handlers[args.command](args)
     except (settings_mod.SettingsError, MissingJarsError, FileNotFoundError) as e:
