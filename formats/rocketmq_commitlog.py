@@ -122,7 +122,45 @@ def walk(buf, start: int, end: int, hard_end: int, phys_base: int, file_end: int
     but not ``hard_end`` is "incomplete" (the caller reads more), past ``hard_end`` it is
     "broken". ``phys_base`` is the physical offset of ``buf[0]``; ``file_end`` the end of the
     file relative to ``buf`` (default ``hard_end``): a blank record must reach exactly there.
+
+    The chain is walked record by record (each step depends on the last); the framing check
+    of :func:`check_record` then runs on all records at once, and the walk is cut at the first
+    record that fails it, which becomes the "broken" point.
     """
+    fr = _chain(buf, start, end, hard_end, file_end)
+    bad = _first_misframed(buf, fr.positions, fr.lengths, phys_base)
+    if bad is None:
+        return fr
+    pos, size = int(fr.positions[bad]), int(fr.lengths[bad])
+    return Framing(fr.positions[:bad], fr.lengths[:bad], pos, "broken", check_record(buf, pos, size, phys_base + pos) or "")
+
+
+def _first_misframed(buf, positions: np.ndarray, lengths: np.ndarray, phys_base: int) -> int | None:
+    """Index of the first record failing :func:`check_record` (the same rules, vectorised), or None."""
+    if len(positions) == 0:
+        return None
+    a = np.frombuffer(buf, np.uint8) if not isinstance(buf, np.ndarray) else buf
+    p, end = positions, positions + lengths
+    sysflag = be_int(a, p + 36, 4)
+    v2 = be_int(a, p + 4, 4) == L.MAGIC_V2
+    width = np.where(v2, 2, 1)
+    blen_at = p + 68 + np.where(sysflag & L.BORNHOST_V6_FLAG, 20, 8) + np.where(sysflag & L.STOREHOST_V6_FLAG, 20, 8)
+    blen = be_int(a, blen_at, 4)
+    tl_at = blen_at + 4 + blen
+    ok = (be_int(a, p + 28, 8) == phys_base + p) & (blen >= 0) & (tl_at + width + 2 <= end)
+    tl_at = np.where(ok, tl_at, p)
+    tlen = np.where(v2, be_int(a, tl_at, 2), be_int(a, tl_at, 1))
+    pl_at = tl_at + width + tlen
+    ok &= (tlen >= 0) & (pl_at + 2 <= end)
+    pl_at = np.where(ok, pl_at, p)
+    plen = be_int(a, pl_at, 2)
+    ok &= (plen >= 0) & (pl_at + 2 + plen == end)
+    bad = np.flatnonzero(~ok)
+    return int(bad[0]) if len(bad) else None
+
+
+def _chain(buf, start: int, end: int, hard_end: int, file_end: int | None) -> Framing:
+    """The TOTALSIZE chain with the per-step checks (magic, sizes, blank), no content checks."""
     file_end = hard_end if file_end is None else file_end
     positions: list[int] = []
     lengths: list[int] = []
@@ -144,10 +182,6 @@ def walk(buf, start: int, end: int, hard_end: int, phys_base: int, file_end: int
                 break
             if pos + size > end:
                 kind, need = "incomplete", size
-                break
-            why = check_record(buf, pos, size, phys_base + pos)
-            if why is not None:
-                kind = "broken"
                 break
             positions.append(pos)
             lengths.append(size)
