@@ -1,0 +1,37 @@
+"""The lake's Delta tables are readable outside Spark by an independent reader (delta-rs)."""
+from __future__ import annotations
+
+import pytest
+
+from formats.nsq_samples import generate as generate_nsq
+from formats.rocketmq_samples import generate as generate_rocketmq
+from pipelines import settings as settings_mod
+from pipelines.ingest import ingest
+from tests.conftest import make_settings
+
+pytestmark = pytest.mark.slow
+
+
+def test_delta_rs_reads_every_table_with_the_same_rows(spark, tmp_path):
+    from deltalake import DeltaTable
+
+    generate_nsq(str(tmp_path / "nsq"), 300)
+    generate_rocketmq(str(tmp_path / "store"), 300, file_size=64 << 10)
+    doc = make_settings(tmp_path / "lake").model_dump()
+    doc["sources"] = [
+        {"name": "nsq", "format": "nsq-ext", "path": str(tmp_path / "nsq"), "storeHost": "10.0.0.1:4150"},
+        {"name": "rmq", "format": "rocketmq-commitlog", "path": str(tmp_path / "store")},
+    ]
+    settings = settings_mod.from_dict(doc)
+    for name in ("nsq", "rmq"):
+        assert ingest(spark, settings, name).balanced
+    for table in ("messages", "quarantine", "consumer_offsets"):
+        path = settings.lake.table_path(table)
+        arrow = DeltaTable(path).to_pyarrow_table()
+        assert arrow.num_rows == spark.read.format("delta").load(path).count() > 0, table
+    dt = DeltaTable(settings.lake.table_path("messages"))
+    assert dt.metadata().partition_columns == ["topic", "partition"]
+    orders = dt.to_pyarrow_table(filters=[("topic", "=", "orders")])
+    assert orders.num_rows == spark.sql(f"SELECT * FROM delta.`{settings.lake.table_path('messages')}` "
+                                        "WHERE topic = 'orders'").count()
+    assert set(orders.column("sourceFormat").to_pylist()) == {"nsq_ext", "rocketmq_commitlog"}
