@@ -12,9 +12,7 @@ and a network hop); the figures show what the distribution costs, not a scale-ou
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -22,6 +20,8 @@ import time
 from pathlib import Path
 
 import yaml
+
+from results_file import write  # benchmarks/ is on sys.path when a script in it runs
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -80,16 +80,7 @@ def main() -> int:
             "--jars", ",".join(delta_jars(settings)), "--conf", "spark.driver.host=127.0.0.1",
             str(REPO / "pipelines" / "submit.py"), "ingest", "--conf", str(conf), "--quiet",
             "--lake", str(work / "lake-submit")])
-    result = {
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform()},
-        "messages": expected, "runs": results,
-    }
-    out = REPO / "benchmarks" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"cluster-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.write_text(json.dumps(result, indent=2))
-    print(f"wrote {path}")
+    write("cluster", {"messages": expected, "runs": results})
     return 0
 
 

@@ -3,19 +3,18 @@
     .venv/bin/python benchmarks/bench_ingest.py [--format nsq-ext|rocketmq-commitlog]
         [--messages 1000000] [--master local[2]] [--decode-only]
 
-Writes benchmarks/results/ingest-<timestamp>.json and prints a summary. The data set is
+Writes benchmarks/results/ingest-<format>-<timestamp>.json and prints a summary. The data set is
 generated once per size under bench-data/ and reused by later runs.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import shutil
 import sys
 import time
 from pathlib import Path
+
+from results_file import write  # benchmarks/ is on sys.path when a script in it runs
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -63,15 +62,14 @@ def main() -> int:
     print(f"decode only (1 core, no Spark): {n_decoded:,} messages in {decode_s:.1f}s = {n_decoded / decode_s:,.0f} "
           f"msg/s, {on_disk / decode_s / 1e6:,.1f} MB/s", flush=True)
     result = {
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform()},
         "format": args.format,
         "messages": expected,
         "segment_bytes_on_disk": on_disk,
         "decode": {"seconds": decode_s, "messages_per_s": n_decoded / decode_s, "mb_per_s": on_disk / decode_s / 1e6},
     }
     if args.decode_only:
-        return _write(result)
+        write(f"ingest-{args.format}", result)
+        return 0
 
     lake = REPO / "bench-data" / "lake"
     shutil.rmtree(lake, ignore_errors=True)
@@ -91,15 +89,7 @@ def main() -> int:
     spark.stop()
     result["ingest"] = {"master": args.master, "batches": summary.batches, "seconds": ingest_s,
                         "messages_per_s": expected / ingest_s, "mb_per_s": on_disk / ingest_s / 1e6}
-    return _write(result)
-
-
-def _write(result: dict) -> int:
-    out = REPO / "benchmarks" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"ingest-{result['format']}-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.write_text(json.dumps(result, indent=2))
-    print(f"wrote {path}")
+    write(f"ingest-{args.format}", result)
     return 0
 
 

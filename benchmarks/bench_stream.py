@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import threading
 import time
 from pathlib import Path
+
+from results_file import write  # benchmarks/ is on sys.path when a script in it runs
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -125,7 +126,7 @@ def main() -> int:
     from pipelines.session import build_session
 
     spark = build_session(settings_for(REPO / "bench-data" / "lake-stream", REPO), app_name="msglake-bench-stream")
-    out = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpus": os.cpu_count()}
+    out = {}
     out["backlog"] = backlog(spark, args.backlog)
     b = out["backlog"]
     print(f"backlog: {b['messages']:,} messages in {b['batches']} batches, {b['seconds']:.1f}s: "
@@ -134,11 +135,7 @@ def main() -> int:
     f = out["freshness"]
     print(f"freshness at {f['rate_per_s']} msg/s, 1 s trigger: p50 {f['freshness_p50_s']:.2f}s, "
           f"p95 {f['freshness_p95_s']:.2f}s, max {f['freshness_max_s']:.2f}s over {f['messages']:,} messages", flush=True)
-    results = REPO / "benchmarks" / "results"
-    results.mkdir(parents=True, exist_ok=True)
-    path = results / f"stream-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.write_text(json.dumps(out, indent=2))
-    print(f"wrote {path}")
+    write("stream", out)
     spark.stop()
     return 0
 

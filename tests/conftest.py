@@ -20,6 +20,22 @@ def make_settings(lake_root, source_path=None, fmt: str = "nsq-ext", source: dic
     return settings_mod.from_dict(doc, "test settings")
 
 
+def two_broker_settings(tmp_path, nsq_messages: int, rocketmq_messages: int, lake: str = "lake",
+                        rocketmq_path: str = "store") -> settings_mod.Settings:
+    """Sample NSQ data (``tmp_path/nsq``) and a RocketMQ store, as sources ``nsq`` and ``rmq`` of one lake."""
+    from formats.nsq_samples import generate as generate_nsq
+    from formats.rocketmq_samples import generate as generate_rocketmq
+
+    generate_nsq(str(tmp_path / "nsq"), nsq_messages, max_bytes_per_file=64 << 10)
+    generate_rocketmq(str(tmp_path / "store"), rocketmq_messages, file_size=64 << 10)
+    doc = make_settings(tmp_path / lake).model_dump()
+    doc["sources"] = [
+        {"name": "nsq", "format": "nsq-ext", "path": str(tmp_path / "nsq"), "storeHost": "10.0.0.1:4150"},
+        {"name": "rmq", "format": "rocketmq-commitlog", "path": str(tmp_path / rocketmq_path)},
+    ]
+    return settings_mod.from_dict(doc, "test settings")
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     from pipelines.session import build_session

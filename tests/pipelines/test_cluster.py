@@ -11,14 +11,12 @@ import yaml
 from chispa import assert_df_equality
 from pyspark.sql import functions as F, types as T
 
-from formats.nsq_samples import generate as generate_nsq
-from formats.rocketmq_samples import generate as generate_rocketmq
 from pipelines import settings as settings_mod
 from pipelines.cluster import start_standalone
 from pipelines.ingest import ingest
 from pipelines.package import build_pyfiles
 from pipelines.session import delta_jars
-from tests.conftest import make_settings
+from tests.conftest import two_broker_settings
 
 pytestmark = pytest.mark.slow
 
@@ -35,16 +33,9 @@ def lake_rows(spark, root, table):
 
 
 def test_ingest_on_a_standalone_cluster_equals_local_mode(spark, tmp_path):
-    generate_nsq(str(tmp_path / "nsq"), 800, max_bytes_per_file=64 << 10)
-    generate_rocketmq(str(tmp_path / "store"), 400, file_size=64 << 10)
-    doc = make_settings(tmp_path / "lake-local").model_dump()
-    doc["sources"] = [
-        {"name": "nsq", "format": "nsq-ext", "path": str(tmp_path / "nsq"), "storeHost": "10.0.0.1:4150"},
-        {"name": "rmq", "format": "rocketmq-commitlog", "path": str(tmp_path / "store")},
-    ]
-    local = settings_mod.from_dict(doc)
+    local = two_broker_settings(tmp_path, 800, 400, lake="lake-local")
     conf = tmp_path / "cluster.yaml"
-    conf.write_text(yaml.safe_dump(doc))
+    conf.write_text(yaml.safe_dump(local.model_dump()))
     elsewhere = tmp_path / "elsewhere"  # the jobs must not depend on the driver's working directory
     elsewhere.mkdir()
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}

@@ -3,11 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from formats.nsq_samples import generate as generate_nsq
-from formats.rocketmq_samples import generate as generate_rocketmq
-from pipelines import settings as settings_mod
 from pipelines.ingest import ingest
-from tests.conftest import make_settings
+from tests.conftest import two_broker_settings
 
 pytestmark = pytest.mark.slow
 
@@ -15,14 +12,7 @@ pytestmark = pytest.mark.slow
 def test_delta_rs_reads_every_table_with_the_same_rows(spark, tmp_path):
     from deltalake import DeltaTable
 
-    generate_nsq(str(tmp_path / "nsq"), 300)
-    generate_rocketmq(str(tmp_path / "store"), 300, file_size=64 << 10)
-    doc = make_settings(tmp_path / "lake").model_dump()
-    doc["sources"] = [
-        {"name": "nsq", "format": "nsq-ext", "path": str(tmp_path / "nsq"), "storeHost": "10.0.0.1:4150"},
-        {"name": "rmq", "format": "rocketmq-commitlog", "path": str(tmp_path / "store")},
-    ]
-    settings = settings_mod.from_dict(doc)
+    settings = two_broker_settings(tmp_path, 300, 300)
     for name in ("nsq", "rmq"):
         assert ingest(spark, settings, name).balanced
     for table in ("messages", "quarantine", "consumer_offsets"):

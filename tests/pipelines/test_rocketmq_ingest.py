@@ -9,14 +9,13 @@ import pytest
 from pyspark.sql import functions as F
 
 from formats import rocketmq_layout as L
-from formats.nsq_samples import generate as generate_nsq
 from formats.rocketmq_samples import GROUP, generate
 from formats.rocketmq_writer import CommitLogWriter, Message, write_consumer_offsets
 from pipelines import settings as settings_mod
 from pipelines.catalog import ensure_table
 from pipelines.ingest import ingest, run
 from schemas import MESSAGES_TABLE
-from tests.conftest import make_settings
+from tests.conftest import make_settings, two_broker_settings
 
 pytestmark = pytest.mark.slow
 
@@ -72,20 +71,13 @@ def test_ingest_matches_ground_truth_and_snapshots_consumer_offsets(spark, tmp_p
 
 
 def test_both_brokers_land_in_the_same_tables(spark, tmp_path):
-    generate_nsq(str(tmp_path / "nsq"), 200, bad_inputs=False)
-    generate(str(tmp_path / "store"), 200, bad_inputs=False)
-    base = make_settings(tmp_path / "lake").model_dump()
-    base["sources"] = [
-        {"name": "nsq", "format": "nsq-ext", "path": str(tmp_path / "nsq"), "storeHost": "10.0.0.1:4150"},
-        {"name": "rmq", "format": "rocketmq-commitlog", "path": str(tmp_path / "store" / "commitlog")},
-    ]
-    settings = settings_mod.from_dict(base)
+    # The store given by its commitlog folder: config/ beside it is still found.
+    settings = two_broker_settings(tmp_path, 200, 200, rocketmq_path="store/commitlog")
     for name in ("nsq", "rmq"):
         assert ingest(spark, settings, name).balanced
     by_format = {r.sourceFormat: r.n for r in spark.sql(
         "SELECT sourceFormat, count(*) AS n FROM messages GROUP BY sourceFormat").collect()}
     assert set(by_format) == {"nsq_ext", "rocketmq_commitlog"} and min(by_format.values()) >= 200
-    # A store given by its commitlog folder still finds config/ beside it.
     assert spark.sql("SELECT count(*) AS n FROM consumer_offsets").first().n > 0
 
 
