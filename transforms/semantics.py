@@ -55,9 +55,26 @@ def policy_value(policies: Policies, key: str, default=None, topic: Column | Non
     return F.lit(default) if chain is None else chain.otherwise(F.lit(default))
 
 
-def _plus_ms(ts: Column, ms: Column) -> Column:
+def plus_ms(ts: Column, ms: Column) -> Column:
     """``ts`` + ``ms`` milliseconds, exact to the microsecond."""
     return F.timestamp_micros(F.unix_micros(ts) + ms.cast("bigint") * 1000)
+
+
+def message_type() -> Column:
+    """``NORMAL``, ``FIFO``, ``DELAY`` or ``TRANSACTION`` (RocketMQ's TopicMessageType).
+
+    The source's own value when it has one (RocketMQ records carry it); else derived from the
+    headers: a delay or absolute delivery time, a transaction id, a sharding key (ordered
+    delivery), in that order.
+    """
+    delayed = F.col("startDeliverTime").isNotNull() | (F.coalesce(F.col("delayTime"), F.lit(0)) > 0)
+    derived = (
+        F.when(delayed, F.lit("DELAY"))
+        .when(F.col("transactionId").isNotNull(), F.lit("TRANSACTION"))
+        .when(F.col("messageKey").isNotNull(), F.lit("FIFO"))
+        .otherwise(F.lit("NORMAL"))
+    )
+    return F.coalesce(F.col("messageType"), derived)
 
 
 def effective_priority(policies: Policies) -> Column:
@@ -81,7 +98,7 @@ def deliver_at() -> Column:
     storeTimestamp) + delayTime``, else ``storeTimestamp``.
     """
     born = F.coalesce(F.col("bornTimestamp"), F.col("storeTimestamp"))
-    return F.coalesce(F.col("startDeliverTime"), _plus_ms(born, F.col("delayTime")), F.col("storeTimestamp"))
+    return F.coalesce(F.col("startDeliverTime"), plus_ms(born, F.col("delayTime")), F.col("storeTimestamp"))
 
 
 def delay_exceeds_max(policies: Policies) -> Column:
@@ -96,23 +113,23 @@ def expire_time_ignored() -> Column:
     return F.coalesce(F.col("expireTime") <= F.col("bornTimestamp"), F.lit(False))
 
 
-def expire_at(policies: Policies) -> Column:
-    """The earliest expiry that applies (§4), null when none does.
-
-    ``expireTime`` (unless at or before ``bornTimestamp``), ``storeTimestamp + messageTtlMs`` of
-    the topic, and ``storeTimestamp +`` the message's own AMQP ``expiration`` property (ms;
-    "0" expires at once unless delivered at once).
-    """
-    store = F.col("storeTimestamp")
-    own = F.col("expireTime")
-    ttl = policy_value(policies, "messageTtlMs")
+def own_expire_at() -> Column:
+    """The message's own expiries (§4): ``expireTime`` (unless at or before ``bornTimestamp``) and
+    ``storeTimestamp +`` its AMQP ``expiration`` property (ms; "0" expires at once unless
+    delivered at once); null when it has neither."""
     expiration = F.col("properties")["expiration"]
     expiration_ms = F.when(expiration.rlike("^[0-9]{1,15}$"), expiration.cast("bigint"))
     return F.least(
-        F.when(~expire_time_ignored(), own),
-        F.when(ttl.isNotNull(), _plus_ms(store, ttl)),
-        F.when(expiration_ms.isNotNull(), _plus_ms(store, expiration_ms)),
+        F.when(~expire_time_ignored(), F.col("expireTime")),
+        F.when(expiration_ms.isNotNull(), plus_ms(F.col("storeTimestamp"), expiration_ms)),
     )
+
+
+def expire_at(policies: Policies) -> Column:
+    """The earliest expiry that applies (§4), null when none does: the message's own
+    (:func:`own_expire_at`) and ``storeTimestamp + messageTtlMs`` of its topic."""
+    ttl = policy_value(policies, "messageTtlMs")
+    return F.least(own_expire_at(), F.when(ttl.isNotNull(), plus_ms(F.col("storeTimestamp"), ttl)))
 
 
 def _time(as_of) -> Column:

@@ -1,0 +1,521 @@
+"""The life of every message copy up to an evaluation time ``T`` (shared/specs/semantics.md §3-7).
+
+Input: message rows in the unified schema, topic policies, ``T`` and, optionally, what
+consumers did (consumer events, consumer-offset snapshots). Output: every copy of every
+message with its state at ``T``, the dead-lettered copies with their x-death history, and
+the log of state changes. Nothing reads the clock: the same input and ``T`` give the same
+rows.
+
+How it works. Each copy (a message as published is hop 0; its dead-lettered copy in the
+target topic is hop 1, and so on) leaves its topic at the earliest of its *fates*:
+consumed, rejected, delivery limit, overflow (``maxlen``), expiry, or, for RocketMQ, the
+next record of the same message in a ``%RETRY%``/``%DLQ%`` topic. A fate after ``T`` has not
+happened yet. A death that routes to a dead-letter topic makes a new copy, stored there at
+the time of the death, which can die again (its own TTL, overflow, rejection...). Copies
+arriving in a topic change that topic's overflow, so the fates are recomputed, with the
+copies known so far, until the set of copies stops changing (at most ``max_hops + 1``
+rounds; a copy beyond ``max_hops`` is dropped with reason ``hop_limit``).
+
+Everything is Spark built-ins except the overflow of topics with ``maxLength`` or
+``maxLengthBytes``: a bounded queue is a sequential process (who is dropped depends on who
+was dropped before), simulated per topic partition over Arrow arrays (:func:`overflow_deaths`).
+
+Simplifications, documented in the README: a copy enters its topic's backlog when stored
+(also while scheduled); a dead-lettered copy goes to partition 0 of the target topic
+(RocketMQ's DLQ has one queue; an AMQP queue has none); RocketMQ records of one message are
+linked in store-time order whatever the consumer group; per-message expiry at the head only
+(``expiryAtHeadOnly``) waits for older messages' departures other than overflow.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, Window, functions as F
+
+from transforms.semantics import (
+    Policies,
+    plus_ms,
+    deliver_at,
+    effective_priority,
+    message_type,
+    own_expire_at,
+    policy_value,
+)
+
+#: Default bound on dead-letter hops of one message (a TTL loop is ended by the cycle rule; a
+#: rejection loop is legitimate and would otherwise never end).
+DEFAULT_MAX_HOPS = 16
+NEVER = np.iinfo(np.int64).max
+RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
+
+#: Order of fates at the same instant (lower wins): a stored next record is fact; a consumer's
+#: verdict comes before the broker's limits; expiry beats a consumption at the same instant
+#: (a message consumed *before* its expiry does not expire).
+_RANK = {"lineage": 0, "rejected": 1, "delivery_limit": 2, "maxlen": 3, "expired": 4, "consumed": 5}
+
+#: Columns of a copy while the engine works on it.
+ROW = (
+    "rowId", "uniqueId", "parentRowId", "hop", "topic", "partition", "sourceFormat", "segment", "segmentPosition",
+    "queueOffset", "storeTimestamp", "deliverAt", "ownExpireAt", "expiration", "bodySize", "deliveryCount",
+    "effectivePriority", "messageType", "exchange", "routingKey", "cc", "deathHistory", "firstDeathQueue",
+    "firstDeathReason", "firstDeathExchange", "offsetConsumedAt", "nextRowId", "nextTopic", "nextStore",
+)
+
+
+@dataclass
+class Evaluation:
+    """What :func:`evaluate` found, as lazy DataFrames over one cached result."""
+
+    as_of: object
+    #: Every copy with its state at ``as_of`` (``message_states``).
+    states: DataFrame
+    #: The copies with hop >= 1 (``dead_letters``).
+    dead_letters: DataFrame
+    #: State changes up to ``as_of`` (``message_events``).
+    events: DataFrame
+    #: Rounds run, and whether the set of copies stopped changing within them.
+    rounds: int
+    converged: bool
+
+
+def _t(as_of) -> Column:
+    return F.lit(as_of).cast("timestamp")
+
+
+def _micros(c: Column) -> Column:
+    return F.coalesce(F.unix_micros(c), F.lit(int(NEVER)))
+
+
+def death_entry(queue: Column, reason: Column, time: Column, exchange: Column, routing_keys: Column,
+                original_expiration: Column) -> Column:
+    """One x-death entry (schemas.messages.DEATH) with count 1."""
+    return F.struct(
+        queue.alias("queue"), reason.alias("reason"), F.lit(1).cast("bigint").alias("count"),
+        time.alias("time"), exchange.alias("exchange"), routing_keys.alias("routingKeys"),
+        original_expiration.alias("originalExpiration"),
+    )
+
+
+def record_death(history: Column, entry: Column) -> Column:
+    """``history`` after one more death (semantics.md §5).
+
+    A death whose (queue, reason) is already in the history increments that entry's count and
+    moves it to the front, keeping its first time; a new one goes in front with count 1.
+    Entry 0 is always the latest death.
+    """
+    same = lambda e: (e["queue"] == entry["queue"]) & (e["reason"] == entry["reason"])  # noqa: E731
+    earlier = F.filter(history, same)
+    others = F.filter(history, lambda e: ~same(e))
+    bumped = F.transform(earlier, lambda e: e.withField("count", e["count"] + 1))
+    return F.when(F.size(earlier) > 0, F.concat(bumped, others)).otherwise(F.concat(F.array(entry), history))
+
+
+def _conform(messages: DataFrame) -> DataFrame:
+    """Messages with the optional columns the engine reads (absent in hand-written JSON input)."""
+    optional = {
+        "uniqueId": "string", "systemCopy": "boolean", "retryOf": "struct<partition:int,segment:string,"
+        "segmentPosition:bigint>", "queueOffset": "bigint", "bornTimestamp": "timestamp", "delayTime": "bigint",
+        "startDeliverTime": "timestamp", "expireTime": "timestamp", "messageType": "string",
+        "transactionId": "string", "messageKey": "string", "deliveryCount": "int", "priority": "int",
+        "properties": "map<string,string>", "headers": "map<string,string>", "bodySize": "int",
+        "sourceFormat": "string", "segment": "string", "segmentPosition": "bigint", "partition": "int",
+    }
+    for name, kind in optional.items():
+        if name not in messages.columns:
+            messages = messages.withColumn(name, F.lit(None).cast(kind))
+    return (
+        messages.withColumn("properties", F.coalesce("properties", F.create_map().cast("map<string,string>")))
+        .withColumn("headers", F.coalesce("headers", F.create_map().cast("map<string,string>")))
+        .withColumn("deliveryCount", F.coalesce("deliveryCount", F.lit(0)))
+        .withColumn("priority", F.coalesce("priority", F.lit(5)))
+        .withColumn("partition", F.coalesce("partition", F.lit(0)))
+        .withColumn("bodySize", F.coalesce("bodySize", F.lit(0)))
+    )
+
+
+def _is_lineage_topic(topic: Column) -> Column:
+    return topic.startswith(RETRY_PREFIX) | topic.startswith(DLQ_PREFIX)
+
+
+def base_rows(messages: DataFrame, policies: Policies, as_of) -> DataFrame:
+    """Hop-0 copies: the stored messages by ``as_of``, less broker-internal copies and producer retries.
+
+    RocketMQ records of one message (same uniqueId, one of them in a ``%RETRY%``/``%DLQ%``
+    topic) are chained in store-time order: each one's ``next*`` columns name the record
+    that followed it.
+    """
+    m = _conform(messages).where(
+        ~F.coalesce(F.col("systemCopy"), F.lit(False)) & F.col("retryOf").isNull()
+        & (F.col("storeTimestamp") <= _t(as_of))
+    )
+    cc = F.col("properties")["CC"]
+    rows = m.select(
+        F.sha2(F.concat_ws("|", "sourceFormat", "topic", F.col("partition").cast("string"), "segment",
+                           F.col("segmentPosition").cast("string"), F.col("messageId")), 256).alias("rowId"),
+        F.coalesce("uniqueId", "messageId").alias("uniqueId"),
+        F.lit(None).cast("string").alias("parentRowId"),
+        F.lit(0).alias("hop"),
+        "topic", "partition", "sourceFormat", "segment", "segmentPosition", "queueOffset", "storeTimestamp",
+        deliver_at().alias("deliverAt"),
+        own_expire_at().alias("ownExpireAt"),
+        F.col("properties")["expiration"].alias("expiration"),
+        "bodySize", "deliveryCount",
+        effective_priority(policies).alias("effectivePriority"),
+        message_type().alias("messageType"),
+        F.col("properties")["exchange"].alias("exchange"),
+        F.coalesce(F.col("properties")["routingKey"], F.col("topic")).alias("routingKey"),
+        F.when(cc.isNotNull() & (cc != ""), F.split(cc, ",")).otherwise(F.array().cast("array<string>")).alias("cc"),
+        F.array().cast(_history_type()).alias("deathHistory"),
+        *[F.lit(None).cast("string").alias(c) for c in ("firstDeathQueue", "firstDeathReason", "firstDeathExchange")],
+    )
+    chained = rows.withColumn("chain", F.max(_is_lineage_topic(F.col("topic")).cast("int")).over(
+        Window.partitionBy("uniqueId")))
+    order = Window.partitionBy("uniqueId").orderBy("storeTimestamp", "rowId")
+    link = lambda c: F.when(F.col("chain") == 1, F.lead(c).over(order))  # noqa: E731
+    return (
+        chained.withColumn("nextRowId", link("rowId")).withColumn("nextTopic", link("topic"))
+        .withColumn("nextStore", link("storeTimestamp")).drop("chain")
+    )
+
+
+def _history_type() -> str:
+    return ("array<struct<queue:string,reason:string,count:bigint,time:timestamp,exchange:string,"
+            "routingKeys:array<string>,originalExpiration:string>>")
+
+
+def offset_consumption(rows: DataFrame, offsets: DataFrame | None, as_of) -> DataFrame:
+    """Add ``offsetConsumedAt``: the first consumer-offset snapshot (by ``as_of``) past the row's queue offset.
+
+    A group's committed offset is the next one it will consume, so a snapshot with
+    ``offset > queueOffset`` shows the message consumed by then (any group). One window over
+    rows and snapshots sorted by offset, per topic and queue: no range join.
+    """
+    if offsets is None:
+        return rows.withColumn("offsetConsumedAt", F.lit(None).cast("timestamp"))
+    snaps = (
+        offsets.where(F.col("snapshotTime") <= _t(as_of))
+        .select("topic", F.col("queue").cast("int").alias("partition"), (F.col("offset") - 1).alias("k"),
+                F.col("snapshotTime").alias("snap"), F.lit(None).cast("string").alias("rid"), F.lit(0).alias("o"))
+    )
+    keyed = rows.where(F.col("queueOffset").isNotNull()).select(
+        "topic", "partition", F.col("queueOffset").alias("k"), F.lit(None).cast("timestamp").alias("snap"),
+        F.col("rowId").alias("rid"), F.lit(1).alias("o"))
+    # Descending by offset, snapshots before rows at the same key: the running minimum of the
+    # snapshot times seen so far covers every snapshot with offset - 1 >= queueOffset.
+    w = Window.partitionBy("topic", "partition").orderBy(F.col("k").desc(), "o").rowsBetween(
+        Window.unboundedPreceding, 0)
+    found = (
+        snaps.unionByName(keyed).withColumn("at", F.min("snap").over(w))
+        .where(F.col("o") == 1).select(F.col("rid").alias("rowId"), F.col("at").alias("offsetConsumedAt"))
+    )
+    return rows.join(found, "rowId", "left")
+
+
+def consumer_verdicts(rows: DataFrame, events: DataFrame | None, as_of) -> DataFrame:
+    """Add ``ackedAt``, ``rejectedAt`` and ``requeues`` (sorted times) from the consumer events by ``as_of``.
+
+    Events name a message by topic and id; every copy in that topic has both, so an event
+    belongs to the copy that was there: a message as published takes events from its store
+    time on, a dead-lettered copy those after its arrival (the event at that instant is the
+    one that ended the copy before it).
+    """
+    none = [F.lit(None).cast("timestamp").alias("ackedAt"), F.lit(None).cast("timestamp").alias("rejectedAt"),
+            F.lit(None).cast("array<timestamp>").alias("requeues")]
+    if events is None:
+        return rows.select("*", *none)
+    e = events.where(F.col("time") <= _t(as_of)).select(
+        "topic", F.col("messageId").alias("uniqueId"), "event", "time")
+    mine = (F.col("time") > F.col("storeTimestamp")) | ((F.col("hop") == 0) & (F.col("time") == F.col("storeTimestamp")))
+    when = lambda kind: F.when(F.col("event") == kind, F.col("time"))  # noqa: E731
+    verdicts = (
+        rows.select("rowId", "topic", "uniqueId", "storeTimestamp", "hop").join(e, ["topic", "uniqueId"])
+        .where(mine).groupBy("rowId").agg(
+            F.min(when("acked")).alias("ackedAt"),
+            F.min(when("rejected")).alias("rejectedAt"),
+            F.array_sort(F.collect_list(when("requeued"))).alias("requeues"),
+        )
+    )
+    return rows.join(verdicts, "rowId", "left")
+
+
+def overflow_deaths(store: np.ndarray, size: np.ndarray, leave: np.ndarray, max_length: int | None,
+                    max_bytes: int | None, reject: bool) -> np.ndarray:
+    """When each message of one partition dies by overflow (``maxlen``), or -1 (semantics.md §5).
+
+    Arrays are in arrival order: store time and departure time (``NEVER`` if none) in
+    microseconds, body size in bytes. ``drop-head``: after each arrival, the oldest messages
+    beyond the limits die at that instant. ``reject-publish(-dlx)``: an arrival that would pass
+    a limit dies on arrival. A message leaves the backlog at its departure time.
+    """
+    limit = NEVER if max_length is None else max_length
+    limit_bytes = NEVER if max_bytes is None else max_bytes
+    n = len(store)
+    death = np.full(n, -1, dtype=np.int64)
+    alive = np.zeros(n, dtype=bool)
+    store, size, leave = store.tolist(), size.tolist(), leave.tolist()
+    queue: deque[int] = deque()
+    departures: list[tuple[int, int]] = []
+    count = nbytes = 0
+    for i in range(n):
+        now = store[i]
+        while departures and departures[0][0] <= now:
+            _, j = heapq.heappop(departures)
+            if alive[j]:
+                alive[j] = False
+                count -= 1
+                nbytes -= size[j]
+        if reject and (count + 1 > limit or nbytes + size[i] > limit_bytes):
+            death[i] = now
+            continue
+        alive[i] = True
+        count += 1
+        nbytes += size[i]
+        queue.append(i)
+        if leave[i] != NEVER:
+            heapq.heappush(departures, (leave[i], i))
+        while count > limit or nbytes > limit_bytes:
+            j = queue.popleft()
+            if alive[j]:
+                alive[j] = False
+                count -= 1
+                nbytes -= size[j]
+                death[j] = now
+    return death
+
+
+def _overflow_group(table: pa.Table) -> pa.Table:
+    order = table.sort_by([("store", "ascending"), ("offset", "ascending"), ("rowId", "ascending")])
+    first = order.slice(0, 1).to_pylist()[0]
+    death = overflow_deaths(
+        order["store"].to_numpy(), order["bodySize"].to_numpy(zero_copy_only=False),
+        order["leave"].to_numpy(), first["maxLength"], first["maxLengthBytes"], first["overflow"] != "drop-head",
+    )
+    keep = death >= 0
+    return pa.table({"rowId": order["rowId"].filter(pa.array(keep)), "maxlenMicros": pa.array(death[keep])})
+
+
+def _maxlen(rows: DataFrame, policies: Policies, leave: Column) -> DataFrame:
+    """``maxlenAt`` for rows of topics with a length limit (null elsewhere)."""
+    limited = [p for p, pol in policies.items() if pol.get("maxLength") is not None
+               or pol.get("maxLengthBytes") is not None]
+    if not limited:
+        return rows.withColumn("maxlenAt", F.lit(None).cast("timestamp"))
+    cand = rows.select(
+        "rowId", "topic", "partition", F.unix_micros("storeTimestamp").alias("store"),
+        F.coalesce("queueOffset", F.lit(-1)).alias("offset"), F.coalesce("bodySize", F.lit(0)).alias("bodySize"),
+        _micros(leave).alias("leave"),
+        policy_value(policies, "maxLength").cast("bigint").alias("maxLength"),
+        policy_value(policies, "maxLengthBytes").cast("bigint").alias("maxLengthBytes"),
+        policy_value(policies, "overflow", "drop-head").alias("overflow"),
+    ).where(F.col("maxLength").isNotNull() | F.col("maxLengthBytes").isNotNull())
+    deaths = cand.groupBy("topic", "partition").applyInArrow(_overflow_group, "rowId string, maxlenMicros bigint")
+    return rows.join(deaths, "rowId", "left").withColumn("maxlenAt", F.timestamp_micros("maxlenMicros")).drop(
+        "maxlenMicros")
+
+
+def _fate(rank: str, time: Column, reason: str | Column) -> Column:
+    reason = F.lit(reason) if isinstance(reason, str) else reason
+    return F.when(time.isNotNull(), F.struct(time.alias("time"), F.lit(_RANK[rank]).alias("rank"),
+                                             reason.alias("reason")))
+
+
+def fates(rows: DataFrame, policies: Policies, as_of, events: DataFrame | None, topics: list[str],
+          max_hops: int) -> DataFrame:
+    """Each copy's fate, state at ``as_of`` and, for a death routed on, its copy's new history."""
+    t = _t(as_of)
+    rows = consumer_verdicts(rows, events, as_of)
+    store = F.col("storeTimestamp")
+    ttl = policy_value(policies, "messageTtlMs")
+    max_deliveries = policy_value(policies, "maxDeliveries")
+    # A limit of N allows N+1 deliveries: the copy dies when a failed delivery takes it past N.
+    nth_requeue = max_deliveries - F.col("deliveryCount") + 1
+    limit_at = F.when(F.col("deliveryCount") > max_deliveries, store).when(
+        F.size("requeues") >= nth_requeue, F.element_at("requeues", nth_requeue.cast("int")))
+    consumed_at = F.least("ackedAt", "offsetConsumedAt")
+    ttl_at = F.when(ttl.isNotNull(), plus_ms(store, ttl))
+    rows = rows.select("*", consumed_at.alias("consumedAt"), limit_at.alias("limitAt"), ttl_at.alias("ttlAt"))
+
+    # Per-message expiry at the head only (semantics.md §4): it takes effect once every older
+    # message has left. With a = the copy's other departure and b = its own expiry, the departure
+    # is min(a, max(b, H)) with H the latest departure of the older ones; H reduces to the running
+    # maximum of min(a, b) over the older copies (so a window, not a sequential scan).
+    other = F.least("consumedAt", "rejectedAt", "limitAt", "nextStore", "ttlAt")
+    order = Window.partitionBy("topic", "partition").orderBy("storeTimestamp", "queueOffset", "rowId")
+    own = F.col("ownExpireAt")
+    if any(p.get("expiryAtHeadOnly") for p in policies.values()):
+        older = order.rowsBetween(Window.unboundedPreceding, -1)
+        head = F.max(_micros(F.least(other, own))).over(older)
+        own = (
+            F.when(~policy_value(policies, "expiryAtHeadOnly", False) | own.isNull() | head.isNull(), own)
+            .when(head == int(NEVER), F.lit(None))
+            .otherwise(F.greatest(own, F.timestamp_micros(head)))
+        )
+    rows = rows.withColumn("expireAt", F.least("ttlAt", own))
+    rows = _maxlen(rows, policies, F.least(other, F.col("expireAt")))
+
+    next_dlq = F.col("nextTopic").startswith(DLQ_PREFIX)
+    fate = F.least(
+        _fate("lineage", F.col("nextStore"), F.when(next_dlq, "delivery_limit").otherwise("rejected")),
+        _fate("rejected", F.col("rejectedAt"), "rejected"),
+        _fate("delivery_limit", F.col("limitAt"), "delivery_limit"),
+        _fate("maxlen", F.col("maxlenAt"), "maxlen"),
+        _fate("expired", F.col("expireAt"), "expired"),
+        _fate("consumed", F.col("consumedAt"), "consumed"),
+    )
+    rows = rows.withColumn("fate", F.when(fate["time"] <= t, fate))
+
+    reason = F.col("fate")["reason"]
+    lineage = F.col("fate")["rank"] == _RANK["lineage"]
+    target = F.when(lineage, F.col("nextTopic")).otherwise(policy_value(policies, "deadLetterTopic"))
+    # x-death: for a RocketMQ retry the death is recorded against the retry topic (its count is
+    # then RECONSUMETIMES); everything else against the queue the copy died in.
+    queue = F.when(lineage & (reason == "rejected"), F.col("nextTopic")).otherwise(F.col("topic"))
+    entry = death_entry(queue, reason, F.col("fate")["time"], F.col("exchange"),
+                        F.concat(F.array("routingKey"), F.col("cc")), F.col("expiration"))
+    history = record_death(F.col("deathHistory"), entry)
+    in_history = F.exists("newHistory", lambda e: e["queue"] == F.col("target"))
+    rejected_before = F.exists("newHistory", lambda e: e["reason"] == "rejected")
+    overflow_mode = policy_value(policies, "overflow", "drop-head")
+    terminal = (
+        F.when(F.col("fate").isNull() | (reason == "consumed"), F.lit(None))
+        .when(lineage, F.lit("dead_lettered"))
+        .when((reason == "maxlen") & (overflow_mode == "reject-publish"), F.lit("dropped"))
+        .when(F.col("target").isNull() & (reason == "expired"), F.lit("expired"))
+        .when(F.col("target").isNull(), F.lit("dropped"))
+        .when(~F.col("target").isin(topics), F.lit("dropped:missing_target"))
+        .when(reason.isin("expired", "maxlen") & in_history & ~rejected_before, F.lit("dropped:cycle"))
+        .when(F.col("hop") >= max_hops, F.lit("dropped:hop_limit"))
+        .otherwise(F.lit("dead_lettered"))
+    )
+    rows = rows.withColumn("target", target).withColumn("newHistory", history).withColumn("terminal", terminal)
+    live_state = F.when(F.col("deliverAt") > t, F.lit("scheduled")).otherwise(F.lit("ready"))
+    return (
+        rows.withColumn("state", F.coalesce(F.get(F.split("terminal", ":"), 0), live_state))
+        .withColumn("stateReason", F.when(F.col("terminal").isNotNull(),
+                                          F.coalesce(F.get(F.split("terminal", ":"), 1), reason)))
+        .withColumn("stateTime", F.when(F.col("terminal").isNotNull(), F.col("fate")["time"])
+                    .when(F.col("deliverAt") > t, store).otherwise(F.greatest(store, F.col("deliverAt"))))
+        .withColumn("deadLetterTopic", F.when(F.col("state") == "dead_lettered", F.col("target")))
+        .withColumn("consumedAt", F.when(reason == "consumed", F.col("consumedAt")))
+    )
+
+
+def _copies(fated: DataFrame, base: DataFrame, policies: Policies) -> DataFrame:
+    """The copies the deaths at this round make: new rows in the target topics, and the next
+    RocketMQ record of a message with the history it inherits."""
+    dead = fated.where(F.col("state") == "dead_lettered")
+    lineage = F.col("fate")["rank"] == _RANK["lineage"]
+    first = {
+        "firstDeathQueue": F.coalesce("firstDeathQueue", F.col("newHistory")[F.size("newHistory") - 1]["queue"]),
+        "firstDeathReason": F.coalesce("firstDeathReason", F.col("fate")["reason"]),
+        "firstDeathExchange": F.coalesce("firstDeathExchange", F.col("exchange")),
+    }
+    routing_key = policy_value(policies, "deadLetterRoutingKey")
+    exchange = F.coalesce(policy_value(policies, "deadLetterExchange"), F.col("target"))
+    made = dead.where(~lineage).select(
+        F.sha2(F.concat_ws(">", "rowId", "target"), 256).alias("rowId"), "uniqueId",
+        F.col("rowId").alias("parentRowId"), (F.col("hop") + 1).alias("hop"), F.col("target").alias("topic"),
+        F.lit(0).alias("partition"),
+        *[F.lit(None).cast(k).alias(c) for c, k in (("sourceFormat", "string"), ("segment", "string"),
+                                                    ("segmentPosition", "bigint"), ("queueOffset", "bigint"))],
+        F.col("fate")["time"].alias("storeTimestamp"), F.col("fate")["time"].alias("deliverAt"),
+        F.lit(None).cast("timestamp").alias("ownExpireAt"), F.lit(None).cast("string").alias("expiration"),
+        "bodySize", F.lit(0).alias("deliveryCount"), "effectivePriority", "messageType",
+        exchange.alias("exchange"),
+        F.coalesce(routing_key, F.col("routingKey")).alias("routingKey"),
+        F.when(routing_key.isNotNull(), F.array().cast("array<string>")).otherwise(F.col("cc")).alias("cc"),
+        F.col("newHistory").alias("deathHistory"),
+        *[v.alias(k) for k, v in first.items()],
+        F.lit(None).cast("timestamp").alias("offsetConsumedAt"),
+        *[F.lit(None).cast(k).alias(c) for c, k in (("nextRowId", "string"), ("nextTopic", "string"),
+                                                    ("nextStore", "timestamp"))],
+    )
+    inherited = dead.where(lineage).select(
+        F.col("nextRowId").alias("rowId"), F.col("rowId").alias("_parent"), F.col("newHistory").alias("h"),
+        *[v.alias("_" + k) for k, v in first.items()], (F.col("hop") + 1).alias("_hop"),
+    )
+    relinked = base.join(inherited, "rowId").select(
+        *[F.col(c) for c in ROW if c not in ("parentRowId", "hop", "deathHistory", *first)],
+        F.col("_parent").alias("parentRowId"), F.col("_hop").alias("hop"), F.col("h").alias("deathHistory"),
+        *[F.col("_" + k).alias(k) for k in first],
+    )
+    return made.select(*ROW).unionByName(relinked.select(*ROW))
+
+
+def _signature(copies: DataFrame) -> tuple:
+    row = copies.select(
+        F.count(F.lit(1)).alias("n"),
+        F.sum(F.xxhash64("rowId", "storeTimestamp", F.to_json("deathHistory")) % 1_000_000_007).alias("h"),
+    ).first()
+    return row["n"], row["h"]
+
+
+def evaluate(messages: DataFrame, policies: Mapping[str, Mapping], as_of, consumer_events: DataFrame | None = None,
+             consumer_offsets: DataFrame | None = None, max_hops: int = DEFAULT_MAX_HOPS,
+             persist=lambda df: df.localCheckpoint()) -> Evaluation:
+    """States of every copy of ``messages`` at ``as_of`` (a ``datetime``), with dead letters and events.
+
+    ``policies``: topic pattern -> policy fields (``TopicPolicy.model_dump()``).
+    ``consumer_events``: ``consumer_events`` rows (topic, messageId, event, time).
+    ``consumer_offsets``: ``consumer_offsets`` rows (topic, queue, offset, snapshotTime).
+    ``persist`` cuts the lineage between rounds (a local checkpoint by default).
+    """
+    base = persist(offset_consumption(base_rows(messages, policies, as_of), consumer_offsets, as_of))
+    topics = sorted({r.topic for r in base.select("topic").distinct().collect()}
+                    | {p for p in policies if not any(c in p for c in "*?[")})
+    events = None if consumer_events is None else persist(consumer_events.select("topic", "messageId", "event", "time"))
+    copies = None
+    signature = (0, None)
+    converged = False
+    rounds = 0
+    while rounds <= max_hops:
+        rounds += 1
+        rows = base if copies is None else base.join(copies.select("rowId"), "rowId", "left_anti").unionByName(copies)
+        fated = persist(fates(rows.select(*ROW), policies, as_of, events, topics, max_hops))
+        new_copies = persist(_copies(fated, base, policies))
+        new_signature = _signature(new_copies)
+        if new_signature == signature:
+            converged = True
+            break
+        copies, signature = new_copies, new_signature
+    states = fated.select(
+        _t(as_of).alias("asOf"), "rowId", "uniqueId", "parentRowId", F.col("hop").cast("int").alias("hop"), "topic",
+        "partition", "sourceFormat", "segment", "segmentPosition", "queueOffset", "storeTimestamp", "deliverAt",
+        "expireAt", "effectivePriority", "messageType", "bodySize", "state", "stateReason", "stateTime",
+        "consumedAt", "deadLetterTopic", "exchange", "routingKey", "cc", "deathHistory", "firstDeathQueue",
+        "firstDeathReason", "firstDeathExchange",
+    )
+    return Evaluation(as_of=as_of, states=states, dead_letters=states.where(F.col("hop") >= 1),
+                      events=_events(fated, as_of), rounds=rounds, converged=converged)
+
+
+def _events(fated: DataFrame, as_of) -> DataFrame:
+    """State changes of each copy up to ``as_of``; the last one at or before ``t`` gives its state at ``t``."""
+    t = _t(as_of)
+    store, deliver = F.col("storeTimestamp"), F.col("deliverAt")
+    delayed = deliver > store
+    terminal = F.col("state").isin("expired", "dead_lettered", "dropped")
+    fate_time = F.col("fate")["time"]
+    ev = lambda name, time, state, reason=F.lit(None).cast("string"), when=F.lit(True): F.when(  # noqa: E731
+        when & (time <= t), F.struct(F.lit(name).alias("event"), time.alias("time"), state.alias("state"),
+                                     reason.alias("reason")))
+    first_state = F.when(delayed, F.lit("scheduled")).otherwise(F.lit("ready"))
+    entries = F.array(
+        ev("stored", store, first_state),
+        ev("scheduled", store, F.lit("scheduled"), when=delayed),
+        ev("ready", F.greatest(store, deliver), F.lit("ready"), when=~terminal | (deliver <= fate_time)),
+        ev("consumed", F.col("consumedAt"), F.lit("ready"), when=F.col("consumedAt").isNotNull()),
+        ev(F.col("state"), F.col("stateTime"), F.col("state"), F.col("stateReason"), when=terminal),
+    )
+    return (
+        fated.select(_t(as_of).alias("asOf"), "rowId", "uniqueId", F.col("hop").cast("int").alias("hop"), "topic",
+                     "partition", F.posexplode(F.filter(entries, lambda e: e.isNotNull())).alias("seq", "e"))
+        .select("asOf", "rowId", "uniqueId", "hop", "topic", "partition", F.col("e")["event"].alias("event"),
+                F.col("e")["time"].alias("time"), F.col("seq").cast("int").alias("seq"),
+                F.col("e")["state"].alias("state"), F.col("e")["reason"].alias("reason"))
+    )
