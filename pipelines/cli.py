@@ -88,6 +88,54 @@ def _parser() -> argparse.ArgumentParser:
     sq.add_argument("--limit", type=int, default=1000, help="rows printed at most (default 1,000)")
     sq.add_argument("--allow-writes", action="store_true", help="let the statement change tables")
 
+    rp = sub.add_parser(
+        "replay", parents=[common], help="states, dead letters and state changes of every message as of a time T",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""Apply the brokers' delivery rules (shared/specs/semantics.md) as of time T: for every
+message, when it became deliverable, whether it expired, was consumed, dead-lettered (with an
+x-death history, through chains of dead-letter topics) or dropped, and its state at T.
+
+inputs (each from the lake unless a file is given):
+  messages         the `messages` table, or --messages: JSON lines in the unified schema
+                   (shared/specs/message-schema.md; topic, messageId, storeTimestamp required,
+                   times ISO-8601; producer retries (retryOf) and system copies are left out)
+  policies         `policies:` of the settings, or --policies: a YAML mapping of topic pattern
+                   -> {messageTtlMs, deadLetterTopic, deadLetterRoutingKey, deadLetterExchange,
+                   maxLength, maxLengthBytes, overflow, maxDeliveries, maxPriority, maxDelayMs,
+                   expiryAtHeadOnly}
+  consumer events  the `consumer_events` table (`msglake load-events`), or --events: JSON lines
+                   {"topic", "messageId" (uniqueId when the message has one, else messageId),
+                   "group" (optional), "event": delivered|acked|rejected|requeued,
+                   "time": ISO-8601 with zone}
+  consumer offsets the `consumer_offsets` table (RocketMQ), unless --no-offsets
+
+outputs: the Delta tables message_states, dead_letters and message_events (this T's rows
+replaced, other T's kept), or with --json-out DIR the files message_states.jsonl,
+dead_letters.jsonl and message_events.jsonl, sorted: the same inputs and T give the same bytes.""",
+    )
+    rp.add_argument("--as-of", metavar="T",
+                    help="evaluation time, ISO-8601 (UTC when no zone) or epoch ms (default: the newest "
+                         "storeTimestamp of the input)")
+    rp.add_argument("--messages", metavar="PATH", help="JSON-lines file (or folder of *.json*) instead of the table")
+    rp.add_argument("--policies", metavar="FILE", help="policies YAML instead of the settings' policies")
+    rp.add_argument("--events", metavar="FILE", action="append",
+                    help="consumer events JSON lines instead of the table (repeatable)")
+    rp.add_argument("--no-offsets", action="store_true", help="ignore the consumer_offsets table")
+    rp.add_argument("--json-out", metavar="DIR", help="write JSON lines to DIR instead of the Delta tables")
+    rp.add_argument("--max-hops", type=int, default=16,
+                    help="dead-letter hops one message may make before it is dropped (reason hop_limit; "
+                         "default 16)")
+
+    le = sub.add_parser(
+        "load-events", parents=[common], help="append consumer events (JSON lines) to the consumer_events table",
+        description="Read consumer events, one JSON object per line: {\"topic\": ..., \"messageId\": ..., "
+                    "\"group\": ..., \"event\": \"delivered|acked|rejected|requeued\", \"time\": "
+                    "\"2026-11-01T10:00:00.250Z\"}, and add them to the Delta table consumer_events (an event "
+                    "already there is not added twice). Lines that do not fit are listed with their line "
+                    "number and reason, and the exit status is 1.",
+    )
+    le.add_argument("files", nargs="+", metavar="FILE")
+
     pkg = sub.add_parser(
         "package", parents=[common], help="build the code zip for a cluster and print a spark-submit line",
         description="Write msglake's Python packages as one zip for --py-files (named by a digest of the code) "
@@ -208,6 +256,64 @@ def cmd_sql(args) -> int:
     return 0
 
 
+def cmd_replay(args) -> int:
+    from pipelines import replay as R
+    from pipelines.session import build_session
+    from transforms.lifecycle import evaluate
+
+    settings = _load_settings(args)
+    as_of = R.parse_time(args.as_of) if args.as_of else None
+    if args.max_hops < 0:
+        raise settings_mod.SettingsError("--max-hops: must be 0 or more")
+    policies = R.load_policies(args.policies) if args.policies else R.policies_of(settings)
+    started = time.monotonic()
+    spark = build_session(settings)
+    rejected = []
+    if args.messages:
+        loaded = R.read_messages_json(spark, args.messages)
+        messages, rejected = loaded.df, loaded.rejected
+    else:
+        messages = _table(spark, settings, "messages", required=True)
+    if args.events:
+        loaded = R.read_consumer_events(spark, args.events)
+        events, rejected = loaded.df, rejected + loaded.rejected
+    else:
+        events = _table(spark, settings, "consumer_events")
+    offsets = None if args.no_offsets or args.messages else _table(spark, settings, "consumer_offsets")
+    as_of = as_of or R.default_as_of(messages)
+    result = evaluate(messages, policies, as_of, consumer_events=events, consumer_offsets=offsets,
+                        max_hops=args.max_hops)
+    out = R.write_json(result, args.json_out) if args.json_out else R.write_tables(spark, settings, result)
+    _print(R.summarize(result))
+    for r in rejected:
+        print(f"  input line not used: {r.file}:{r.line}: {r.reason}")
+    _print(f"  {name:<15} {path}" for name, path in out.items())
+    print(f"replay took {time.monotonic() - started:.1f}s")
+    return 1 if rejected else 0
+
+
+def _table(spark, settings, name: str, required: bool = False):
+    path = settings.lake.table_path(name)
+    if os.path.isdir(os.path.join(path, "_delta_log")):
+        return spark.read.format("delta").load(path)
+    if required:
+        raise FileNotFoundError(f"no {name} table in {path}: run `msglake ingest` first, or give --{name} FILE")
+    return None
+
+
+def cmd_load_events(args) -> int:
+    from pipelines.replay import load_events_table
+    from pipelines.session import build_session
+
+    settings = _load_settings(args)
+    spark = build_session(settings)
+    loaded, added = load_events_table(spark, settings, args.files)
+    print(f"read {loaded.rows:,} consumer events; added {added:,} new to {settings.lake.table_path('consumer_events')}")
+    for r in loaded.rejected:
+        print(f"  line not loaded: {r.file}:{r.line}: {r.reason}")
+    return 1 if loaded.rejected else 0
+
+
 def cmd_package(args) -> int:
     from pipelines.package import build_pyfiles
     from pipelines.session import delta_jars
@@ -290,14 +396,15 @@ def cmd_demo(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from pipelines.replay import ReplayInputError
     from pipelines.session import MissingJarsError
 
     args = _parser().parse_args(argv)
     handlers = {"ingest": cmd_ingest, "stream": cmd_stream, "demo": cmd_demo, "generate": cmd_generate,
-                "package": cmd_package, "sql": cmd_sql}
+                "package": cmd_package, "sql": cmd_sql, "replay": cmd_replay, "load-events": cmd_load_events}
     try:
         return handlers[args.command](args)
-    except (settings_mod.SettingsError, MissingJarsError, FileNotFoundError) as e:
+    except (settings_mod.SettingsError, MissingJarsError, FileNotFoundError, ReplayInputError) as e:
         print(f"msglake: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

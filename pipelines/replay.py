@@ -1,0 +1,233 @@
+"""``msglake replay`` and ``msglake events load``: the semantics engine over the lake or over files.
+
+Inputs come from the lake's tables (``messages``, ``consumer_events``, ``consumer_offsets``;
+policies from the settings) or from files: messages as JSON lines in the unified schema,
+policies as YAML, consumer events as JSON lines. Outputs go to the Delta tables
+``message_states``, ``dead_letters`` and ``message_events`` (replacing the rows of the same
+``asOf``), or, with ``--json-out DIR``, to sorted JSON-lines files that are the same bytes for
+the same inputs and ``T``.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import glob
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+
+import orjson
+import pyarrow as pa
+import yaml
+from pyspark.sql import DataFrame, SparkSession, functions as F
+
+from pipelines.catalog import ensure_table
+from pipelines.settings import Settings, SettingsError
+from schemas import MESSAGE_SCHEMA
+from schemas.semantics import (
+    CONSUMER_EVENT_FIELDS,
+    CONSUMER_EVENT_KINDS,
+    CONSUMER_EVENTS_SCHEMA,
+    CONSUMER_EVENTS_TABLE,
+    DEAD_LETTERS_TABLE,
+    MESSAGE_EVENTS_TABLE,
+    MESSAGE_STATES_TABLE,
+)
+from schemas.spark import to_spark
+from transforms.lifecycle import Evaluation
+
+#: JSON-lines outputs, file name -> sort key (a total order, so the bytes never depend on Spark's plan).
+JSON_OUTPUTS = {
+    "message_states": ("topic", "hop", "uniqueId", "rowId"),
+    "dead_letters": ("topic", "hop", "uniqueId", "rowId"),
+    "message_events": ("topic", "hop", "uniqueId", "rowId", "seq"),
+}
+TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
+
+
+class ReplayInputError(ValueError):
+    """An input file that cannot be used at all (missing, unreadable, no usable rows)."""
+
+
+@dataclass
+class RejectedLine:
+    file: str
+    line: int
+    reason: str
+
+
+@dataclass
+class Loaded:
+    df: DataFrame | None
+    rows: int = 0
+    rejected: list[RejectedLine] = field(default_factory=list)
+
+
+def parse_time(text: str, what: str = "--as-of") -> dt.datetime:
+    """An ISO-8601 time (a zone, or UTC when none), or epoch milliseconds."""
+    try:
+        if text.isdigit():
+            return dt.datetime.fromtimestamp(int(text) / 1000, dt.timezone.utc)
+        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise SettingsError(f"{what}: not a time: {text!r} (ISO-8601 like 2026-11-01T10:00:00Z, or epoch ms)")
+    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+
+
+def load_policies(path: str) -> dict[str, dict]:
+    """Topic policies from a YAML file: a ``policies:`` mapping (a settings file) or the bare mapping."""
+    from pipelines.settings import from_dict
+
+    with open(path, "rb") as f:
+        doc = yaml.safe_load(f) or {}
+    if not isinstance(doc, dict):
+        raise SettingsError(f"{path}: expected a mapping of topic pattern -> policy")
+    doc = doc.get("policies", doc) if "policies" in doc else doc
+    return {k: v.model_dump() for k, v in from_dict({"policies": doc}, path).policies.items()}
+
+
+def policies_of(settings: Settings) -> dict[str, dict]:
+    return {k: v.model_dump() for k, v in settings.policies.items()}
+
+
+def read_consumer_events(spark: SparkSession, paths: list[str]) -> Loaded:
+    """Consumer events from JSON-lines files; a line that does not fit is listed, never dropped silently."""
+    good: dict[str, list] = {f.name: [] for f in CONSUMER_EVENTS_SCHEMA}
+    rejected: list[RejectedLine] = []
+    for path in paths:
+        if not os.path.isfile(path):
+            raise ReplayInputError(f"consumer events: no such file: {path}")
+        with open(path, "rb") as f:
+            for n, raw in enumerate(f, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    rec = orjson.loads(raw)
+                    row = _event_row(rec)
+                except (orjson.JSONDecodeError, ValueError, TypeError) as e:
+                    rejected.append(RejectedLine(path, n, str(e)))
+                    continue
+                for k, v in row.items():
+                    good[k].append(v)
+                good["sourceFile"].append(os.path.abspath(path))
+                good["sourceLine"].append(n)
+                good["ingestedAt"].append(None)  # set by the loader that writes the table
+    table = pa.table(good, schema=CONSUMER_EVENTS_SCHEMA)
+    return Loaded(spark.createDataFrame(table) if table.num_rows else None, table.num_rows, rejected)
+
+
+def _event_row(rec) -> dict:
+    if not isinstance(rec, dict):
+        raise ValueError("not a JSON object")
+    unknown = sorted(set(rec) - set(CONSUMER_EVENT_FIELDS))
+    if unknown:
+        raise ValueError(f"unknown field(s) {unknown}; fields: {sorted(CONSUMER_EVENT_FIELDS)}")
+    for k in ("topic", "messageId", "event", "time"):
+        if not isinstance(rec.get(k), str) or not rec[k]:
+            raise ValueError(f"{k}: a non-empty string is required")
+    if rec["event"] not in CONSUMER_EVENT_KINDS:
+        raise ValueError(f"event: {rec['event']!r} is not one of {list(CONSUMER_EVENT_KINDS)}")
+    if rec.get("group") is not None and not isinstance(rec["group"], str):
+        raise ValueError("group: a string is required")
+    t = dt.datetime.fromisoformat(rec["time"].replace("Z", "+00:00"))
+    if t.tzinfo is None:
+        raise ValueError("time: give a zone (Z or +hh:mm)")
+    return {"topic": rec["topic"], "messageId": rec["messageId"], "group": rec.get("group"),
+            "event": rec["event"], "time": t}
+
+
+def load_events_table(spark: SparkSession, settings: Settings, paths: list[str]) -> tuple[Loaded, int]:
+    """Append consumer events from files to ``consumer_events``; lines already there are not added twice."""
+    from delta.tables import DeltaTable
+
+    loaded = read_consumer_events(spark, paths)
+    path = ensure_table(spark, settings, CONSUMER_EVENTS_TABLE)
+    if loaded.df is None:
+        return loaded, 0
+    before = spark.read.format("delta").load(path).count()
+    new = loaded.df.withColumn("ingestedAt", F.current_timestamp()).dropDuplicates(list(CONSUMER_EVENTS_TABLE.key))
+    cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in CONSUMER_EVENTS_TABLE.key)
+    DeltaTable.forPath(spark, path).alias("t").merge(new.alias("s"), cond).whenNotMatchedInsertAll().execute()
+    return loaded, spark.read.format("delta").load(path).count() - before
+
+
+def read_messages_json(spark: SparkSession, path: str) -> Loaded:
+    """Messages in the unified schema, one JSON object per line (only topic, messageId and
+    storeTimestamp are required; timestamps ISO-8601). Lines that do not parse are listed."""
+    files = sorted(glob.glob(os.path.join(path, "*.json*"))) if os.path.isdir(path) else [path]
+    if not files or not all(os.path.isfile(f) for f in files):
+        raise ReplayInputError(f"messages: no such file: {path}")
+    schema = to_spark(MESSAGE_SCHEMA)
+    fields = [f for f in schema.fields if f.name not in ("deathHistory", "state", "deliverAt", "expireAt")]
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    read_schema = StructType([StructField(f.name, f.dataType, True) for f in fields]
+                             + [StructField("_corrupt", StringType(), True)])
+    df = (spark.read.schema(read_schema).option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", "_corrupt")
+          .json(files).withColumn("_file", F.input_file_name()).cache())
+    bad_rows = df.where(F.col("_corrupt").isNotNull() | F.col("topic").isNull() | F.col("messageId").isNull()
+                        | F.col("storeTimestamp").isNull())
+    rejected = [RejectedLine(r["_file"].removeprefix("file://"), 0, "unparseable or missing topic/messageId/storeTimestamp: "
+                             + (r["_corrupt"] or "")[:120]) for r in bad_rows.limit(20).collect()]
+    n_bad = bad_rows.count()
+    if n_bad > len(rejected):
+        rejected.append(RejectedLine(path, 0, f"... {n_bad - len(rejected)} more"))
+    good = df.where(F.col("_corrupt").isNull() & F.col("topic").isNotNull() & F.col("messageId").isNotNull()
+                    & F.col("storeTimestamp").isNotNull()).drop("_corrupt", "_file")
+    return Loaded(good, good.count(), rejected)
+
+
+def default_as_of(messages: DataFrame) -> dt.datetime:
+    """semantics.md §0: in a batch run, T defaults to the newest storeTimestamp of the input."""
+    row = messages.select(F.unix_micros(F.max("storeTimestamp")).alias("t")).first()
+    if row["t"] is None:
+        raise ReplayInputError("no messages to replay (the input is empty)")
+    return dt.datetime.fromtimestamp(0, dt.timezone.utc) + dt.timedelta(microseconds=row["t"])
+
+
+def write_tables(spark: SparkSession, settings: Settings, result: Evaluation) -> dict[str, str]:
+    """Replace this ``asOf``'s rows of ``message_states``, ``dead_letters`` and ``message_events``."""
+    where = f"asOf = TIMESTAMP '{result.as_of.astimezone(dt.timezone.utc).isoformat()}'"
+    out = {}
+    for spec, df in ((MESSAGE_STATES_TABLE, result.states), (DEAD_LETTERS_TABLE, result.dead_letters),
+                     (MESSAGE_EVENTS_TABLE, result.events)):
+        path = ensure_table(spark, settings, spec)
+        (df.select(*spec.schema.names).write.format("delta").mode("overwrite").option("replaceWhere", where)
+         .save(path))
+        out[spec.name] = path
+    return out
+
+
+def write_json(result: Evaluation, out_dir: str) -> dict[str, str]:
+    """One sorted JSON-lines file per output: ``<out_dir>/<name>.jsonl``, the same bytes for the same input."""
+    os.makedirs(out_dir, exist_ok=True)
+    out = {}
+    for name, df in (("message_states", result.states), ("dead_letters", result.dead_letters),
+                     ("message_events", result.events)):
+        tmp = tempfile.mkdtemp(prefix=f".{name}-", dir=out_dir)
+        try:
+            (df.orderBy(*JSON_OUTPUTS[name]).coalesce(1).write.mode("overwrite")
+             .option("timestampFormat", TIMESTAMP_FORMAT).option("ignoreNullFields", "false").json(tmp))
+            parts = sorted(glob.glob(os.path.join(tmp, "part-*")))
+            target = os.path.join(out_dir, f"{name}.jsonl")
+            with open(target, "wb") as w:
+                for p in parts:
+                    with open(p, "rb") as r:
+                        shutil.copyfileobj(r, w)
+            out[name] = target
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def summarize(result: Evaluation) -> list[str]:
+    """Counts by state and reason (a few numbers, computed in one pass)."""
+    rows = (result.states.groupBy("state", "stateReason").agg(F.count(F.lit(1)).alias("n"))
+            .orderBy("state", "stateReason").collect())
+    total = sum(r["n"] for r in rows)
+    lines = [f"{total:,} message copies as of {result.as_of.isoformat()} "
+             f"({result.rounds} round(s){'' if result.converged else ', NOT converged: raise --max-hops'})"]
+    for r in rows:
+        why = f" ({r['stateReason']})" if r["stateReason"] else ""
+        lines.append(f"  {r['state']}{why}: {r['n']:,}")
+    return lines

@@ -1,0 +1,134 @@
+"""msglake replay / load-events: the README's worked example, determinism, lake tables, bad input lines."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+
+import pytest
+
+from pipelines import cli, settings as S
+from pipelines.ingest import ingest
+from tests.conftest import two_broker_settings
+
+pytestmark = pytest.mark.slow
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "replay")
+
+
+def example_args(tmp_path, as_of, out):
+    return ["replay", "--lake", str(tmp_path / "lake"), "--messages", f"{EXAMPLE}/messages.jsonl",
+            "--policies", f"{EXAMPLE}/policies.yaml", "--events", f"{EXAMPLE}/events.jsonl", "--as-of", as_of,
+            "--json-out", str(out)]
+
+
+def states(out):
+    with open(os.path.join(out, "message_states.jsonl")) as f:
+        return {(r["uniqueId"], r["topic"]): r for r in map(json.loads, f)}
+
+
+def test_worked_example_at_two_times_and_byte_identical_output(spark, tmp_path, capsys):
+    assert cli.main(example_args(tmp_path, "2026-11-01T10:00:20Z", tmp_path / "early")) == 0
+    early = states(tmp_path / "early")
+    assert {k: (r["state"], r["stateReason"]) for k, r in early.items()} == {
+        ("o-1", "orders"): ("ready", None),                    # acked only at 10:00:30
+        ("o-2", "orders"): ("dead_lettered", "expired"),       # its own expiration: 10:00:15
+        ("o-2", "orders.dlq"): ("ready", None),
+        ("o-3", "orders"): ("scheduled", None),                # delayed until 10:02:10
+        ("p-1", "payments"): ("ready", None),                  # one failed delivery so far
+        ("j-1", "jobs"): ("dead_lettered", "maxlen"),          # pushed out by j-3 (max 2 waiting)
+        ("j-1", "jobs.dlq"): ("ready", None),
+        ("j-2", "jobs"): ("ready", None), ("j-3", "jobs"): ("ready", None),
+    }
+    copy = early["o-2", "orders.dlq"]
+    assert (copy["routingKey"], copy["cc"], copy["exchange"], copy["expireAt"]) == (
+        "expired-orders", [], "orders.dlq", None)
+    assert copy["deathHistory"] == [{"queue": "orders", "reason": "expired", "count": 1,
+                                     "time": "2026-11-01T10:00:15.000000Z", "exchange": None,
+                                     "routingKeys": ["orders", "audit"], "originalExpiration": "10000"}]
+
+    for run in ("late", "late-again"):
+        assert cli.main(example_args(tmp_path, "2026-11-01T10:05:00Z", tmp_path / run)) == 0
+    late = states(tmp_path / "late")
+    assert late["o-1", "orders"]["consumedAt"] == "2026-11-01T10:00:30.000000Z"
+    assert (late["o-3", "orders"]["state"], late["o-3", "orders"]["stateTime"]) == (
+        "dead_lettered", "2026-11-01T10:01:10.000000Z")        # TTL passed before it was deliverable
+    assert (late["p-1", "payments"]["stateReason"], late["p-1", "payments"]["stateTime"]) == (
+        "delivery_limit", "2026-11-01T10:01:00.000000Z")       # the 3rd failed delivery; N=2 allows 3
+    for name in ("message_states", "dead_letters", "message_events"):
+        a = (tmp_path / "late" / f"{name}.jsonl").read_bytes()
+        assert a and a == (tmp_path / "late-again" / f"{name}.jsonl").read_bytes(), name
+    out = capsys.readouterr().out
+    assert "dead_lettered (delivery_limit): 1" in out and "message_states" in out
+
+
+def test_bad_event_lines_are_listed_and_the_rest_used(spark, tmp_path, capsys):
+    events = tmp_path / "events.jsonl"
+    shutil.copy(f"{EXAMPLE}/events.jsonl", events)
+    with open(events, "a") as f:
+        f.write('{"topic":"orders","messageId":"o-3","event":"bounced","time":"2026-11-01T10:00:11Z"}\n')
+        f.write("not json\n")
+        f.write('{"topic":"orders","messageId":"o-3","event":"acked","time":"2026-11-01T10:00:11"}\n')
+    args = example_args(tmp_path, "2026-11-01T10:05:00Z", tmp_path / "out")
+    args[args.index("--events") + 1] = str(events)
+    assert cli.main(args) == 1
+    out = capsys.readouterr().out
+    assert f"{events}:6: event: 'bounced' is not one of" in out
+    assert f"{events}:7:" in out and f"{events}:8: time: give a zone" in out
+    assert states(tmp_path / "out")["p-1", "payments"]["state"] == "dead_lettered"
+
+
+def test_policy_errors_name_the_key(tmp_path, capsys):
+    bad = tmp_path / "p.yaml"
+    bad.write_text("orders:\n  messageTtlMs: -5\n")
+    assert cli.main(["replay", "--messages", f"{EXAMPLE}/messages.jsonl", "--policies", str(bad)]) == 2
+    assert "orders.messageTtlMs" in capsys.readouterr().err
+    assert cli.main(["replay", "--as-of", "yesterday", "--messages", f"{EXAMPLE}/messages.jsonl"]) == 2
+    assert "--as-of: not a time" in capsys.readouterr().err
+
+
+def test_replay_over_the_lake_tables(spark, tmp_path, capsys):
+    settings = two_broker_settings(tmp_path, 300, 200)
+    doc = settings.model_dump()
+    doc["policies"] = {"orders": {"messageTtlMs": 60_000, "deadLetterTopic": "orders.dlq"}, "orders.dlq": {}}
+    settings = S.from_dict(doc, "test")
+    for src in settings.sources:
+        ingest(spark, settings, src.name)
+    conf = tmp_path / "conf.yaml"
+    conf.write_text(json.dumps(doc))
+    first = spark.sql(f"SELECT messageId, uniqueId, unix_micros(storeTimestamp) AS us FROM delta.`{settings.lake.table_path('messages')}` "
+                      "WHERE topic = 'orders' AND NOT coalesce(systemCopy, false) AND retryOf IS NULL "
+                      "ORDER BY storeTimestamp, messageId LIMIT 1").first()
+    acked = first["uniqueId"] or first["messageId"]
+    events = tmp_path / "ev.jsonl"
+    ack = dt.datetime.fromtimestamp(first["us"] / 1e6 + 1, dt.timezone.utc).isoformat()
+    events.write_text(json.dumps({"topic": "orders", "messageId": acked, "event": "acked", "time": ack}) + "\n"
+                      + json.dumps({"topic": "orders", "messageId": acked, "event": "delivered", "time": ack}) + "\n")
+    assert cli.main(["load-events", "--conf", str(conf), str(events)]) == 0
+    assert cli.main(["load-events", "--conf", str(conf), str(events)]) == 0   # nothing added twice
+    assert "added 0 new" in capsys.readouterr().out
+    for _ in range(2):  # the same T again replaces its rows
+        assert cli.main(["replay", "--conf", str(conf), "--as-of", "2100-01-01T00:00:00Z"]) == 0
+    lake = settings.lake.table_path
+    got = spark.sql(f"SELECT state, stateReason, hop, count(*) AS n FROM delta.`{lake('message_states')}` "
+                    "WHERE topic IN ('orders', 'orders.dlq') GROUP BY 1, 2, 3").collect()
+    by = {(r.state, r.stateReason, r.hop): r.n for r in got}
+    stored = spark.sql(f"SELECT count(*) AS n FROM delta.`{lake('messages')}` WHERE topic = 'orders' "
+                       "AND NOT coalesce(systemCopy, false) AND retryOf IS NULL").first().n
+    # Every order expired a minute after it was stored, unless consumed before: the one acked a
+    # second after, and RocketMQ ones below their group's committed offset (consumer_offsets).
+    # A RocketMQ order retried by its consumer died by rejection into %RETRY% (not counted here).
+    assert set(by) <= {("dead_lettered", "expired", 0), ("dead_lettered", "rejected", 0), ("ready", None, 0),
+                       ("ready", None, 1)}
+    assert sum(n for k, n in by.items() if k[2] == 0) == stored
+    assert by[("dead_lettered", "expired", 0)] == by[("ready", None, 1)] > 0
+    ready = spark.sql(f"SELECT uniqueId, consumedAt FROM delta.`{lake('message_states')}` "
+                      "WHERE topic = 'orders' AND state = 'ready'").collect()
+    assert acked in {r.uniqueId for r in ready} and all(r.consumedAt is not None for r in ready)
+    expired = by[("dead_lettered", "expired", 0)]
+    dl = spark.sql(f"SELECT count(*) AS n, max(size(deathHistory)) AS h FROM delta.`{lake('dead_letters')}` "
+                   "WHERE topic = 'orders.dlq'").first()
+    assert (dl.n, dl.h) == (expired, 1)
+    ev = spark.read.format("delta").load(lake("consumer_events"))
+    assert ev.count() == 2 and ev.where("ingestedAt IS NULL").count() == 0
