@@ -126,6 +126,23 @@ dead_letters.jsonl and message_events.jsonl, sorted: the same inputs and T give 
                     help="dead-letter hops one message may make before it is dropped (reason hop_limit; "
                          "default 16)")
 
+    se = sub.add_parser(
+        "semantics", parents=[common], help="follow the messages table and log state changes as event time passes",
+        description="A streaming job over the `messages` table: the event-time watermark (newest storeTimestamp "
+                    "minus --lateness) fires transformWithState timers (RocksDB state) that release scheduled "
+                    "messages at deliverAt and expire the rest at expireAt, dead-lettering them through the "
+                    "topic policies (chains, cycles, hop bound). Appends to `message_events` and `dead_letters` "
+                    "(asOf null), exactly once; checkpoint <lake>/_checkpoints/semantics. Consumption, "
+                    "rejections, overflow and RocketMQ retry chains are only known to `msglake replay`.",
+    )
+    se.add_argument("--available-now", action="store_true", help="catch up with the table, then stop")
+    se.add_argument("--interval", default="5 seconds", help="processing-time trigger (default '5 seconds')")
+    se.add_argument("--lateness", type=int, default=60,
+                    help="seconds a message may arrive after newer ones and still be on time (default 60)")
+    se.add_argument("--max-hops", type=int, default=16, help="dead-letter hops before a copy is dropped (default 16)")
+    se.add_argument("--stop-timeout", type=float, default=60.0,
+                    help="seconds a running micro-batch may take to finish after SIGINT/SIGTERM (default 60)")
+
     le = sub.add_parser(
         "load-events", parents=[common], help="append consumer events (JSON lines) to the consumer_events table",
         description="Read consumer events, one JSON object per line: {\"topic\": ..., \"messageId\": ..., "
@@ -301,6 +318,27 @@ def _table(spark, settings, name: str, required: bool = False):
     return None
 
 
+def cmd_semantics(args) -> int:
+    import signal
+    import threading
+
+    from pipelines.semantics_stream import run
+    from pipelines.session import build_session
+
+    settings = _load_settings(args)
+    if args.lateness < 0 or args.max_hops < 0:
+        raise settings_mod.SettingsError("--lateness and --max-hops: must be 0 or more")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: stop.set())
+    spark = build_session(settings)
+    summary = run(spark, settings, available_now=args.available_now, interval=args.interval,
+                  lateness_seconds=args.lateness, max_hops=args.max_hops, stop=stop, stop_timeout=args.stop_timeout)
+    _print(summary.lines())
+    _print(f"  table {name}: {path}" for name, path in summary.tables.items())
+    return 0
+
+
 def cmd_load_events(args) -> int:
     from pipelines.replay import load_events_table
     from pipelines.session import build_session
@@ -401,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = _parser().parse_args(argv)
     handlers = {"ingest": cmd_ingest, "stream": cmd_stream, "demo": cmd_demo, "generate": cmd_generate,
-                "package": cmd_package, "sql": cmd_sql, "replay": cmd_replay, "load-events": cmd_load_events}
+                "package": cmd_package, "sql": cmd_sql, "replay": cmd_replay, "load-events": cmd_load_events,
+                "semantics": cmd_semantics}
     try:
         return handlers[args.command](args)
     except (settings_mod.SettingsError, MissingJarsError, FileNotFoundError, ReplayInputError) as e:

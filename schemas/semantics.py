@@ -60,8 +60,12 @@ EVENTS = ("stored", "scheduled", "ready", "consumed", "expired", "dead_lettered"
 #: Why a copy left its topic (``stateReason``): the dead-letter reasons, and why one was dropped.
 REASONS = ("expired", "rejected", "maxlen", "delivery_limit", "cycle", "missing_target", "hop_limit")
 
+#: The evaluation time of a replay; null for rows the streaming job (``msglake semantics``) logged
+#: as the watermark passed them.
+AS_OF = pa.field("asOf", TS)
+
 _COPY = [
-    pa.field("asOf", TS, nullable=False),
+    AS_OF,
     #: Identity of this copy: a stored row's location hash, or its parent's id + the target topic.
     pa.field("rowId", pa.string(), nullable=False),
     #: The message across copies: uniqueId (RocketMQ UNIQ_KEY) when there is one, else messageId.
@@ -116,7 +120,7 @@ MESSAGE_EVENTS_TABLE = TableSpec(
     name="message_events",
     schema=pa.schema(
         [
-            pa.field("asOf", TS, nullable=False),
+            AS_OF,
             pa.field("rowId", pa.string(), nullable=False),
             pa.field("uniqueId", pa.string(), nullable=False),
             pa.field("hop", pa.int32(), nullable=False),

@@ -28,6 +28,7 @@ linked in store-time order whatever the consumer group; per-message expiry at th
 """
 from __future__ import annotations
 
+import hashlib
 import heapq
 from collections import deque
 from collections.abc import Mapping
@@ -115,7 +116,15 @@ def record_death(history: Column, entry: Column) -> Column:
     return F.when(F.size(earlier) > 0, F.concat(bumped, others)).otherwise(F.concat(F.array(entry), history))
 
 
-def _conform(messages: DataFrame) -> DataFrame:
+def record_death_entry(history: list[dict], entry: dict) -> list[dict]:
+    """:func:`record_death` for one copy held in Python (the streaming job's state)."""
+    same = [e for e in history if e["queue"] == entry["queue"] and e["reason"] == entry["reason"]]
+    if same:
+        return [{**same[0], "count": same[0]["count"] + 1}] + [e for e in history if e is not same[0]]
+    return [entry] + history
+
+
+def conform(messages: DataFrame) -> DataFrame:
     """Messages with the optional columns the engine reads (absent in hand-written JSON input)."""
     optional = {
         "uniqueId": "string", "systemCopy": "boolean", "retryOf": "struct<partition:int,segment:string,"
@@ -138,7 +147,7 @@ def _conform(messages: DataFrame) -> DataFrame:
     )
 
 
-def _is_lineage_topic(topic: Column) -> Column:
+def is_lineage_topic(topic: Column) -> Column:
     return topic.startswith(RETRY_PREFIX) | topic.startswith(DLQ_PREFIX)
 
 
@@ -149,14 +158,37 @@ def base_rows(messages: DataFrame, policies: Policies, as_of) -> DataFrame:
     topic) are chained in store-time order: each one's ``next*`` columns name the record
     that followed it.
     """
-    m = _conform(messages).where(
+    m = conform(messages).where(
         ~F.coalesce(F.col("systemCopy"), F.lit(False)) & F.col("retryOf").isNull()
         & (F.col("storeTimestamp") <= _t(as_of))
     )
+    rows = m.select(*copy_columns(policies))
+    chained = rows.withColumn("chain", F.max(is_lineage_topic(F.col("topic")).cast("int")).over(
+        Window.partitionBy("uniqueId")))
+    order = Window.partitionBy("uniqueId").orderBy("storeTimestamp", "rowId")
+    link = lambda c: F.when(F.col("chain") == 1, F.lead(c).over(order))  # noqa: E731
+    return (
+        chained.withColumn("nextRowId", link("rowId")).withColumn("nextTopic", link("topic"))
+        .withColumn("nextStore", link("storeTimestamp")).drop("chain")
+    )
+
+
+def row_id() -> Column:
+    """A stored record's copy id: a hash of its location (the identity of semantics.md §6) and id."""
+    return F.sha2(F.concat_ws("|", "sourceFormat", "topic", F.col("partition").cast("string"), "segment",
+                              F.col("segmentPosition").cast("string"), F.col("messageId")), 256)
+
+
+def copy_row_id(parent: str, target: str) -> str:
+    """The id of the copy a death of ``parent`` makes in ``target`` (as :func:`_copies` computes it)."""
+    return hashlib.sha256(f"{parent}>{target}".encode()).hexdigest()
+
+
+def copy_columns(policies: Policies) -> list[Column]:
+    """A hop-0 copy's columns from a message row (unified schema, after :func:`conform`)."""
     cc = F.col("properties")["CC"]
-    rows = m.select(
-        F.sha2(F.concat_ws("|", "sourceFormat", "topic", F.col("partition").cast("string"), "segment",
-                           F.col("segmentPosition").cast("string"), F.col("messageId")), 256).alias("rowId"),
+    return [
+        row_id().alias("rowId"),
         F.coalesce("uniqueId", "messageId").alias("uniqueId"),
         F.lit(None).cast("string").alias("parentRowId"),
         F.lit(0).alias("hop"),
@@ -170,22 +202,14 @@ def base_rows(messages: DataFrame, policies: Policies, as_of) -> DataFrame:
         F.col("properties")["exchange"].alias("exchange"),
         F.coalesce(F.col("properties")["routingKey"], F.col("topic")).alias("routingKey"),
         F.when(cc.isNotNull() & (cc != ""), F.split(cc, ",")).otherwise(F.array().cast("array<string>")).alias("cc"),
-        F.array().cast(_history_type()).alias("deathHistory"),
+        F.array().cast(HISTORY_TYPE).alias("deathHistory"),
         *[F.lit(None).cast("string").alias(c) for c in ("firstDeathQueue", "firstDeathReason", "firstDeathExchange")],
-    )
-    chained = rows.withColumn("chain", F.max(_is_lineage_topic(F.col("topic")).cast("int")).over(
-        Window.partitionBy("uniqueId")))
-    order = Window.partitionBy("uniqueId").orderBy("storeTimestamp", "rowId")
-    link = lambda c: F.when(F.col("chain") == 1, F.lead(c).over(order))  # noqa: E731
-    return (
-        chained.withColumn("nextRowId", link("rowId")).withColumn("nextTopic", link("topic"))
-        .withColumn("nextStore", link("storeTimestamp")).drop("chain")
-    )
+    ]
 
 
-def _history_type() -> str:
-    return ("array<struct<queue:string,reason:string,count:bigint,time:timestamp,exchange:string,"
-            "routingKeys:array<string>,originalExpiration:string>>")
+#: ``deathHistory`` as a Spark type string (schemas.messages.DEATH).
+HISTORY_TYPE = ("array<struct<queue:string,reason:string,count:bigint,time:timestamp,exchange:string,"
+                "routingKeys:array<string>,originalExpiration:string>>")
 
 
 def offset_consumption(rows: DataFrame, offsets: DataFrame | None, as_of) -> DataFrame:

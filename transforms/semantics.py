@@ -8,6 +8,7 @@ evaluation time ``as_of`` is a parameter: nothing here reads the clock.
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Mapping
 
 from pyspark.sql import Column, functions as F
@@ -37,6 +38,14 @@ def _matches(pattern: str, topic: Column) -> Column:
     if not _is_glob(pattern):
         return topic == F.lit(pattern)
     return topic.rlike(fnmatch.translate(pattern))
+
+
+def policy_for(policies: Policies, topic: str) -> Mapping:
+    """The policy of ``topic`` in Python: the same most-specific match as :func:`policy_value`."""
+    for pattern, policy in _ordered(policies):
+        if (re.match(fnmatch.translate(pattern), topic) if _is_glob(pattern) else pattern == topic):
+            return policy
+    return {}
 
 
 def policy_value(policies: Policies, key: str, default=None, topic: Column | None = None) -> Column:
