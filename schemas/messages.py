@@ -94,6 +94,8 @@ DEATH = pa.struct(
     ]
 )
 
+#: Filled per evaluation time in ``message_states`` (schemas/semantics.py) by ``msglake replay``;
+#: null in ``messages``, whose rows are what the broker stored, whatever the time.
 DERIVED = [
     pa.field("deliverAt", TS),
     pa.field("expireAt", TS),

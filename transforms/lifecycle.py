@@ -163,14 +163,18 @@ def base_rows(messages: DataFrame, policies: Policies, as_of) -> DataFrame:
         & (F.col("storeTimestamp") <= _t(as_of))
     )
     rows = m.select(*copy_columns(policies))
-    chained = rows.withColumn("chain", F.max(is_lineage_topic(F.col("topic")).cast("int")).over(
-        Window.partitionBy("uniqueId")))
+    # Only messages with a record in a %RETRY%/%DLQ% topic have a chain: window those alone.
+    chain_ids = rows.where(is_lineage_topic(F.col("topic"))).select("uniqueId").distinct()
     order = Window.partitionBy("uniqueId").orderBy("storeTimestamp", "rowId")
-    link = lambda c: F.when(F.col("chain") == 1, F.lead(c).over(order))  # noqa: E731
-    return (
-        chained.withColumn("nextRowId", link("rowId")).withColumn("nextTopic", link("topic"))
-        .withColumn("nextStore", link("storeTimestamp")).drop("chain")
+    linked = (
+        rows.join(chain_ids, "uniqueId", "left_semi")
+        .withColumn("nextRowId", F.lead("rowId").over(order)).withColumn("nextTopic", F.lead("topic").over(order))
+        .withColumn("nextStore", F.lead("storeTimestamp").over(order))
     )
+    alone = rows.join(chain_ids, "uniqueId", "left_anti").select(
+        "*", *[F.lit(None).cast(k).alias(c) for c, k in (("nextRowId", "string"), ("nextTopic", "string"),
+                                                         ("nextStore", "timestamp"))])
+    return alone.unionByName(linked)
 
 
 def row_id() -> Column:
@@ -240,31 +244,39 @@ def offset_consumption(rows: DataFrame, offsets: DataFrame | None, as_of) -> Dat
     return rows.join(found, "rowId", "left")
 
 
-def consumer_verdicts(rows: DataFrame, events: DataFrame | None, as_of) -> DataFrame:
-    """Add ``ackedAt``, ``rejectedAt`` and ``requeues`` (sorted times) from the consumer events by ``as_of``.
+def events_by_message(events: DataFrame | None, as_of) -> DataFrame | None:
+    """Consumer events by ``as_of``, one row per (topic, uniqueId) with its events in time order."""
+    if events is None:
+        return None
+    return (
+        events.where(F.col("time") <= _t(as_of))
+        .groupBy("topic", F.col("messageId").alias("uniqueId"))
+        .agg(F.array_sort(F.collect_list(F.struct("time", "event"))).alias("consumerEvents"))
+    )
+
+
+def consumer_verdicts(rows: DataFrame, by_message: DataFrame | None) -> DataFrame:
+    """Add ``ackedAt``, ``rejectedAt`` and ``requeues`` (sorted times) from :func:`events_by_message`.
 
     Events name a message by topic and id; every copy in that topic has both, so an event
     belongs to the copy that was there: a message as published takes events from its store
     time on, a dead-lettered copy those after its arrival (the event at that instant is the
     one that ended the copy before it).
     """
-    none = [F.lit(None).cast("timestamp").alias("ackedAt"), F.lit(None).cast("timestamp").alias("rejectedAt"),
-            F.lit(None).cast("array<timestamp>").alias("requeues")]
-    if events is None:
-        return rows.select("*", *none)
-    e = events.where(F.col("time") <= _t(as_of)).select(
-        "topic", F.col("messageId").alias("uniqueId"), "event", "time")
-    mine = (F.col("time") > F.col("storeTimestamp")) | ((F.col("hop") == 0) & (F.col("time") == F.col("storeTimestamp")))
-    when = lambda kind: F.when(F.col("event") == kind, F.col("time"))  # noqa: E731
-    verdicts = (
-        rows.select("rowId", "topic", "uniqueId", "storeTimestamp", "hop").join(e, ["topic", "uniqueId"])
-        .where(mine).groupBy("rowId").agg(
-            F.min(when("acked")).alias("ackedAt"),
-            F.min(when("rejected")).alias("rejectedAt"),
-            F.array_sort(F.collect_list(when("requeued"))).alias("requeues"),
-        )
+    if by_message is None:
+        return rows.select("*", F.lit(None).cast("timestamp").alias("ackedAt"),
+                           F.lit(None).cast("timestamp").alias("rejectedAt"),
+                           F.lit(None).cast("array<timestamp>").alias("requeues"))
+    store = F.col("storeTimestamp")
+    mine = F.filter("consumerEvents", lambda e: (e["time"] > store) | ((F.col("hop") == 0) & (e["time"] == store)))
+    times = lambda kind: F.transform(F.filter(mine, lambda e: e["event"] == kind), lambda e: e["time"])  # noqa: E731
+    return (
+        rows.join(by_message, ["topic", "uniqueId"], "left")
+        .withColumn("ackedAt", F.array_min(times("acked")))
+        .withColumn("rejectedAt", F.array_min(times("rejected")))
+        .withColumn("requeues", times("requeued"))
+        .drop("consumerEvents")
     )
-    return rows.join(verdicts, "rowId", "left")
 
 
 def overflow_deaths(store: np.ndarray, size: np.ndarray, leave: np.ndarray, max_length: int | None,
@@ -352,7 +364,7 @@ def fates(rows: DataFrame, policies: Policies, as_of, events: DataFrame | None, 
           max_hops: int) -> DataFrame:
     """Each copy's fate, state at ``as_of`` and, for a death routed on, its copy's new history."""
     t = _t(as_of)
-    rows = consumer_verdicts(rows, events, as_of)
+    rows = consumer_verdicts(rows, events)
     store = F.col("storeTimestamp")
     ttl = policy_value(policies, "messageTtlMs")
     max_deliveries = policy_value(policies, "maxDeliveries")
@@ -401,7 +413,8 @@ def fates(rows: DataFrame, policies: Policies, as_of, events: DataFrame | None, 
     queue = F.when(lineage & (reason == "rejected"), F.col("nextTopic")).otherwise(F.col("topic"))
     entry = death_entry(queue, reason, F.col("fate")["time"], F.col("exchange"),
                         F.concat(F.array("routingKey"), F.col("cc")), F.col("expiration"))
-    history = record_death(F.col("deathHistory"), entry)
+    # Only a copy that dies needs its new history (higher-order functions are not compiled).
+    history = F.when(F.col("fate").isNotNull() & (reason != "consumed"), record_death(F.col("deathHistory"), entry))
     in_history = F.exists("newHistory", lambda e: e["queue"] == F.col("target"))
     rejected_before = F.exists("newHistory", lambda e: e["reason"] == "rejected")
     overflow_mode = policy_value(policies, "overflow", "drop-head")
@@ -471,12 +484,22 @@ def _copies(fated: DataFrame, base: DataFrame, policies: Policies) -> DataFrame:
     return made.select(*ROW).unionByName(relinked.select(*ROW))
 
 
+def _version() -> Column:
+    """What a copy's fate depends on besides its topic's other copies: changes make it a new version."""
+    return F.xxhash64("rowId", "hop", "parentRowId", "storeTimestamp", F.to_json("deathHistory"), "firstDeathQueue",
+                      "firstDeathReason", "firstDeathExchange")
+
+
 def _signature(copies: DataFrame) -> tuple:
-    row = copies.select(
-        F.count(F.lit(1)).alias("n"),
-        F.sum(F.xxhash64("rowId", "storeTimestamp", F.to_json("deathHistory")) % 1_000_000_007).alias("h"),
-    ).first()
+    row = copies.select(F.count(F.lit(1)).alias("n"), F.sum(F.col("v") % 1_000_000_007).alias("h")).first()
     return row["n"], row["h"]
+
+
+def coupled(policies: Policies) -> Column:
+    """True for copies in topics where one copy's fate depends on the others in its partition
+    (overflow limits, per-message expiry at the head only)."""
+    return (policy_value(policies, "maxLength").isNotNull() | policy_value(policies, "maxLengthBytes").isNotNull()
+            | policy_value(policies, "expiryAtHeadOnly", False))
 
 
 def evaluate(messages: DataFrame, policies: Mapping[str, Mapping], as_of, consumer_events: DataFrame | None = None,
@@ -488,25 +511,48 @@ def evaluate(messages: DataFrame, policies: Mapping[str, Mapping], as_of, consum
     ``consumer_events``: ``consumer_events`` rows (topic, messageId, event, time).
     ``consumer_offsets``: ``consumer_offsets`` rows (topic, queue, offset, snapshotTime).
     ``persist`` cuts the lineage between rounds (a local checkpoint by default).
+
+    The first round evaluates every stored message; later rounds only the copies that are new
+    or changed, and the partitions of coupled topics (:func:`coupled`) they enter.
     """
     base = persist(offset_consumption(base_rows(messages, policies, as_of), consumer_offsets, as_of))
     topics = sorted({r.topic for r in base.select("topic").distinct().collect()}
                     | {p for p in policies if not any(c in p for c in "*?[")})
-    events = None if consumer_events is None else persist(consumer_events.select("topic", "messageId", "event", "time"))
-    copies = None
-    signature = (0, None)
-    converged = False
-    rounds = 0
-    while rounds <= max_hops:
+    by_message = events_by_message(consumer_events, as_of)
+    events = None if by_message is None else persist(by_message)
+    is_coupled = coupled(policies)
+
+    def evaluate_rows(rows: DataFrame) -> DataFrame:
+        return fates(rows.select(*ROW), policies, as_of, events, topics, max_hops)
+
+    fated = persist(evaluate_rows(base))
+    columns = fated.columns
+    copies = persist(_copies(fated, base, policies).withColumn("v", _version()))
+    signature, previous = _signature(copies), None
+    rounds, converged = 1, signature[0] == 0
+    while not converged and rounds <= max_hops:
         rounds += 1
-        rows = base if copies is None else base.join(copies.select("rowId"), "rowId", "left_anti").unionByName(copies)
-        fated = persist(fates(rows.select(*ROW), policies, as_of, events, topics, max_hops))
-        new_copies = persist(_copies(fated, base, policies))
-        new_signature = _signature(new_copies)
-        if new_signature == signature:
-            converged = True
-            break
-        copies, signature = new_copies, new_signature
+        if previous is None:
+            added, gone = copies, copies.limit(0)
+        else:
+            added = copies.join(previous.select("rowId", "v"), ["rowId", "v"], "left_anti")
+            gone = previous.join(copies.select("rowId", "v"), ["rowId", "v"], "left_anti")
+        current = base.join(F.broadcast(copies.select("rowId")), "rowId", "left_anti").unionByName(copies.drop("v"))
+        touched = added.unionByName(gone).where(is_coupled).select("topic", "partition").distinct()
+        redo = (
+            added.drop("v").where(~is_coupled)
+            .unionByName(current.where(is_coupled).join(F.broadcast(touched), ["topic", "partition"], "left_semi"))
+        )
+        redo = persist(redo)
+        dirty = redo.select("rowId").unionByName(gone.select("rowId"))
+        fated = persist(
+            fated.join(F.broadcast(dirty), "rowId", "left_anti").select(*columns)
+            .unionByName(evaluate_rows(redo).select(*columns))
+        )
+        previous, copies = copies, persist(_copies(fated, base, policies).withColumn("v", _version()))
+        new_signature = _signature(copies)
+        converged = new_signature == signature
+        signature = new_signature
     states = fated.select(
         _t(as_of).alias("asOf"), "rowId", "uniqueId", "parentRowId", F.col("hop").cast("int").alias("hop"), "topic",
         "partition", "sourceFormat", "segment", "segmentPosition", "queueOffset", "storeTimestamp", "deliverAt",
@@ -525,21 +571,28 @@ def _events(fated: DataFrame, as_of) -> DataFrame:
     delayed = deliver > store
     terminal = F.col("state").isin("expired", "dead_lettered", "dropped")
     fate_time = F.col("fate")["time"]
-    ev = lambda name, time, state, reason=F.lit(None).cast("string"), when=F.lit(True): F.when(  # noqa: E731
-        when & (time <= t), F.struct(F.lit(name).alias("event"), time.alias("time"), state.alias("state"),
-                                     reason.alias("reason")))
     first_state = F.when(delayed, F.lit("scheduled")).otherwise(F.lit("ready"))
-    entries = F.array(
-        ev("stored", store, first_state),
-        ev("scheduled", store, F.lit("scheduled"), when=delayed),
-        ev("ready", F.greatest(store, deliver), F.lit("ready"), when=~terminal | (deliver <= fate_time)),
-        ev("consumed", F.col("consumedAt"), F.lit("ready"), when=F.col("consumedAt").isNotNull()),
-        ev(F.col("state"), F.col("stateTime"), F.col("state"), F.col("stateReason"), when=terminal),
-    )
+    none = F.lit(None).cast("string")
+    # (event, time, state after it, reason, whether the copy had it by T), in log order.
+    candidates = [
+        ("stored", store, first_state, none, store <= t),
+        ("scheduled", store, F.lit("scheduled"), none, delayed & (store <= t)),
+        ("ready", F.greatest(store, deliver), F.lit("ready"), none,
+         (~terminal | (deliver <= fate_time)) & (F.greatest(store, deliver) <= t)),
+        ("consumed", F.col("consumedAt"), F.lit("ready"), none, F.coalesce(F.col("consumedAt") <= t, F.lit(False))),
+        (F.col("state"), F.col("stateTime"), F.col("state"), F.col("stateReason"), terminal),
+    ]
+    entries, seq = [], F.lit(0)
+    for name, time, state, reason, had in candidates:
+        had = F.coalesce(had, F.lit(False))
+        entries.append(F.when(had, F.struct(F.lit(name).alias("event"), time.alias("time"), seq.alias("seq"),
+                                            state.alias("state"), reason.alias("reason"))))
+        seq = seq + had.cast("int")
     return (
         fated.select(_t(as_of).alias("asOf"), "rowId", "uniqueId", F.col("hop").cast("int").alias("hop"), "topic",
-                     "partition", F.posexplode(F.filter(entries, lambda e: e.isNotNull())).alias("seq", "e"))
+                     "partition", F.explode(F.array(*entries)).alias("e"))
+        .where(F.col("e").isNotNull())
         .select("asOf", "rowId", "uniqueId", "hop", "topic", "partition", F.col("e")["event"].alias("event"),
-                F.col("e")["time"].alias("time"), F.col("seq").cast("int").alias("seq"),
+                F.col("e")["time"].alias("time"), F.col("e")["seq"].cast("int").alias("seq"),
                 F.col("e")["state"].alias("state"), F.col("e")["reason"].alias("reason"))
     )
