@@ -64,7 +64,7 @@ ROW = (
     "rowId", "uniqueId", "parentRowId", "hop", "topic", "partition", "sourceFormat", "segment", "segmentPosition",
     "queueOffset", "storeTimestamp", "deliverAt", "ownExpireAt", "expiration", "bodySize", "deliveryCount",
     "effectivePriority", "messageType", "exchange", "routingKey", "cc", "deathHistory", "firstDeathQueue",
-    "firstDeathReason", "firstDeathExchange", "offsetConsumedAt", "nextRowId", "nextTopic", "nextStore",
+    "firstDeathReason", "firstDeathExchange", "offsetConsumedAt", "nextRowId", "nextTopic", "nextStore", "stored",
 )
 
 
@@ -208,6 +208,8 @@ def copy_columns(policies: Policies) -> list[Column]:
         F.when(cc.isNotNull() & (cc != ""), F.split(cc, ",")).otherwise(F.array().cast("array<string>")).alias("cc"),
         F.array().cast(HISTORY_TYPE).alias("deathHistory"),
         *[F.lit(None).cast("string").alias(c) for c in ("firstDeathQueue", "firstDeathReason", "firstDeathExchange")],
+        #: A record the broker stored (as opposed to a copy the engine derives).
+        F.lit(True).alias("stored"),
     ]
 
 
@@ -471,12 +473,13 @@ def _copies(fated: DataFrame, base: DataFrame, policies: Policies) -> DataFrame:
         F.lit(None).cast("timestamp").alias("offsetConsumedAt"),
         *[F.lit(None).cast(k).alias(c) for c, k in (("nextRowId", "string"), ("nextTopic", "string"),
                                                     ("nextStore", "timestamp"))],
+        F.lit(False).alias("stored"),
     )
     inherited = dead.where(lineage).select(
         F.col("nextRowId").alias("rowId"), F.col("rowId").alias("_parent"), F.col("newHistory").alias("h"),
         *[v.alias("_" + k) for k, v in first.items()], (F.col("hop") + 1).alias("_hop"),
     )
-    relinked = base.join(inherited, "rowId").select(
+    relinked = base.join(F.broadcast(inherited), "rowId").select(
         *[F.col(c) for c in ROW if c not in ("parentRowId", "hop", "deathHistory", *first)],
         F.col("_parent").alias("parentRowId"), F.col("_hop").alias("hop"), F.col("h").alias("deathHistory"),
         *[F.col("_" + k).alias(k) for k in first],
@@ -525,34 +528,57 @@ def evaluate(messages: DataFrame, policies: Mapping[str, Mapping], as_of, consum
     def evaluate_rows(rows: DataFrame) -> DataFrame:
         return fates(rows.select(*ROW), policies, as_of, events, topics, max_hops)
 
-    fated = persist(evaluate_rows(base))
-    columns = fated.columns
-    copies = persist(_copies(fated, base, policies).withColumn("v", _version()))
-    signature, previous = _signature(copies), None
-    rounds, converged = 1, signature[0] == 0
-    while not converged and rounds <= max_hops:
-        rounds += 1
+    # Round 1 evaluates every stored message (the bulk of the work, done once). Later rounds
+    # keep it and re-evaluate into a small ``delta`` only the copies that are new or changed,
+    # and every copy of the coupled partitions they enter or leave; ``replaced`` holds the
+    # round-1 rows that ``delta`` supersedes.
+    first = persist(evaluate_rows(base))
+    columns = first.columns
+    first_copies = persist(_copies(first, base, policies).withColumn("v", _version()))
+    delta, replaced = first.limit(0), base.select("rowId").limit(0)
+
+    def reevaluate(copies: DataFrame, previous: DataFrame | None) -> None:
+        nonlocal delta, replaced
         if previous is None:
             added, gone = copies, copies.limit(0)
         else:
-            added = copies.join(previous.select("rowId", "v"), ["rowId", "v"], "left_anti")
-            gone = previous.join(copies.select("rowId", "v"), ["rowId", "v"], "left_anti")
-        current = base.join(F.broadcast(copies.select("rowId")), "rowId", "left_anti").unionByName(copies.drop("v"))
-        touched = added.unionByName(gone).where(is_coupled).select("topic", "partition").distinct()
-        redo = (
+            added = persist(copies.join(previous.select("rowId", "v"), ["rowId", "v"], "left_anti"))
+            gone = persist(previous.join(copies.select("rowId", "v"), ["rowId", "v"], "left_anti"))
+        touched = F.broadcast(added.unionByName(gone).where(is_coupled).select("topic", "partition").distinct())
+        copy_ids = F.broadcast(copies.select("rowId"))
+        redo = persist(
             added.drop("v").where(~is_coupled)
-            .unionByName(current.where(is_coupled).join(F.broadcast(touched), ["topic", "partition"], "left_semi"))
+            # a stored record whose chained version went away is itself again
+            .unionByName(base.join(F.broadcast(gone.where("stored").select("rowId")), "rowId", "left_semi")
+                         .join(copy_ids, "rowId", "left_anti").where(~is_coupled))
+            .unionByName(base.where(is_coupled).join(touched, ["topic", "partition"], "left_semi")
+                         .join(copy_ids, "rowId", "left_anti"))
+            .unionByName(copies.drop("v").where(is_coupled).join(touched, ["topic", "partition"], "left_semi"))
         )
-        redo = persist(redo)
-        dirty = redo.select("rowId").unionByName(gone.select("rowId"))
-        fated = persist(
-            fated.join(F.broadcast(dirty), "rowId", "left_anti").select(*columns)
-            .unionByName(evaluate_rows(redo).select(*columns))
+        dirty = F.broadcast(redo.select("rowId").unionByName(gone.select("rowId")).distinct())
+        replaced = persist(replaced.unionByName(redo.where("stored").select("rowId")).distinct())
+        delta = persist(delta.join(dirty, "rowId", "left_anti").select(*columns)
+                        .unionByName(evaluate_rows(redo).select(*columns)))
+
+    copies, previous = first_copies, None
+    signature = _signature(copies)
+    rounds, converged = 1, signature[0] == 0
+    while not converged:
+        rounds += 1
+        reevaluate(copies, previous)
+        previous = copies
+        copies = persist(
+            first_copies.join(F.broadcast(replaced.withColumnRenamed("rowId", "parentRowId")), "parentRowId",
+                              "left_anti")
+            .unionByName(_copies(delta, base, policies).withColumn("v", _version()))
         )
-        previous, copies = copies, persist(_copies(fated, base, policies).withColumn("v", _version()))
         new_signature = _signature(copies)
         converged = new_signature == signature
         signature = new_signature
+        if not converged and rounds > max_hops:
+            reevaluate(copies, previous)  # give the last copies their states, and stop
+            break
+    fated = first.join(F.broadcast(replaced), "rowId", "left_anti").unionByName(delta)
     states = fated.select(
         _t(as_of).alias("asOf"), "rowId", "uniqueId", "parentRowId", F.col("hop").cast("int").alias("hop"), "topic",
         "partition", "sourceFormat", "segment", "segmentPosition", "queueOffset", "storeTimestamp", "deliverAt",

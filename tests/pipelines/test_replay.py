@@ -132,3 +132,11 @@ def test_replay_over_the_lake_tables(spark, tmp_path, capsys):
     assert (dl.n, dl.h) == (expired, 1)
     ev = spark.read.format("delta").load(lake("consumer_events"))
     assert ev.count() == 2 and ev.where("ingestedAt IS NULL").count() == 0
+    # RocketMQ: the sample's retried messages went original -> %RETRY%billing -> (some) %DLQ%billing,
+    # linked by UNIQ_KEY into one history each.
+    chains = spark.sql(f"SELECT topic, hop, transform(deathHistory, d -> concat(d.reason, ':', d.count)) AS h, "
+                       f"firstDeathReason FROM delta.`{lake('message_states')}` WHERE startswith(topic, '%DLQ%') "
+                       "OR startswith(topic, '%RETRY%')").collect()
+    assert {(r.topic, r.hop, tuple(r.h), r.firstDeathReason) for r in chains} == {
+        ("%RETRY%billing", 1, ("rejected:1",), "rejected"),
+        ("%DLQ%billing", 2, ("delivery_limit:1", "rejected:1"), "rejected")}

@@ -9,6 +9,7 @@ from transforms.semantics import (
     deliver_at,
     delay_exceeds_max,
     effective_priority,
+    message_type,
     expire_at,
     expire_time_ignored,
     policy_value,
@@ -131,3 +132,13 @@ def test_a_dead_letter_loop_is_valid_configuration():
     s = S.from_dict({"policies": {"a": {"deadLetterTopic": "a"}, "b": {"deadLetterTopic": "c"},
                                   "c": {"deadLetterTopic": "b", "messageTtlMs": 0}}})
     assert s.policies["a"].deadLetterTopic == "a" and s.policies["c"].overflow == "drop-head"
+
+
+def test_message_type_from_the_source_else_from_the_headers(spark):
+    df = spark.createDataFrame([
+        ("TRANSACTION", None, None, None, None), (None, 5000, None, None, None), (None, None, 1, None, None),
+        (None, None, None, "tx-1", None), (None, None, None, None, "shard-7"), (None, 0, None, None, None),
+    ], "messageType string, delayTime bigint, deliver int, transactionId string, messageKey string").withColumn(
+        "startDeliverTime", F.when(F.col("deliver").isNotNull(), F.current_timestamp()))
+    got = [r.t for r in df.select(message_type().alias("t")).collect()]
+    assert got == ["TRANSACTION", "DELAY", "DELAY", "TRANSACTION", "FIFO", "NORMAL"]
