@@ -68,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
         description="End to end on the embedded default: writes sample nsqd segments to demo-data/nsq and a "
                     "sample RocketMQ store to demo-data/rocketmq (bad records among them), ingests both with "
                     "local Spark into the same tables in ./lake, and prints rows per broker and topic, sample "
-                    "rows through Spark SQL and where the tables are. Run it again to see that a re-run adds "
+                    "rows through Spark SQL, the state of every message as of the newest one (msglake replay with "
+                    "the settings' policies) and where the tables are. Run it again to see that a re-run adds "
                     "nothing.",
     )
     demo.add_argument("--messages", type=int, default=DEMO_MESSAGES, help=f"sample messages (default {DEMO_MESSAGES:,})")
@@ -388,15 +389,15 @@ def cmd_demo(args) -> int:
         shutil.rmtree(settings.lake.root, ignore_errors=True)
     for src in settings.sources:
         if not os.path.isdir(src.path):
-            print(f"[1/3] generating {args.messages:,} sample messages ({src.format}) in {os.path.abspath(src.path)}",
+            print(f"[1/4] generating {args.messages:,} sample messages ({src.format}) in {os.path.abspath(src.path)}",
                   flush=True)
             truth = _generate(src.format, src.path, args.messages)
             print(f"      {len(truth.messages):,} messages, {len(truth.quarantined)} corrupt records among them",
                   flush=True)
         else:
-            print(f"[1/3] using the sample data already in {os.path.abspath(src.path)} (--fresh to regenerate)",
+            print(f"[1/4] using the sample data already in {os.path.abspath(src.path)} (--fresh to regenerate)",
                   flush=True)
-    print("[2/3] starting Spark and ingesting (available-now) ...", flush=True)
+    print("[2/4] starting Spark and ingesting (available-now) ...", flush=True)
     spark = build_session(settings)
     tables: dict[str, str] = {}
     balanced = True
@@ -405,7 +406,17 @@ def cmd_demo(args) -> int:
         _print(summary.lines())
         tables.update(summary.tables)
         balanced &= summary.balanced
-    print("[3/3] what the lake holds, through Spark SQL", flush=True)
+    print("[3/4] delivery semantics (msglake replay) as of the newest message, with the settings' policies",
+          flush=True)
+    from pipelines import replay as R
+    from transforms.lifecycle import evaluate
+
+    messages = spark.read.format("delta").load(settings.lake.table_path("messages"))
+    offsets = _table(spark, settings, "consumer_offsets")
+    result = evaluate(messages, R.policies_of(settings), R.default_as_of(messages), consumer_offsets=offsets)
+    tables.update(R.write_tables(spark, settings, result))
+    _print(R.summarize(result))
+    print("[4/4] what the lake holds, through Spark SQL", flush=True)
     for title, sql in (
         ("rows per broker and topic (one table for every broker)",
          "SELECT sourceFormat, topic, count(DISTINCT partition) AS partitions, count(*) AS messages, "
@@ -420,11 +431,15 @@ def cmd_demo(args) -> int:
         ("quarantine by reason",
          "SELECT sourceFormat, substr(reason, 1, 60) AS reason, count(*) AS records, sum(recordLength) AS bytes "
          "FROM quarantine GROUP BY 1, 2 ORDER BY 1, 3 DESC"),
+        ("a RocketMQ message's x-death history (retried by its consumer group, then dead-lettered)",
+         "SELECT topic, hop, state, stateReason, transform(deathHistory, d -> concat(d.queue, ' ', d.reason, ' x', "
+         "d.count)) AS history FROM message_states WHERE uniqueId = (SELECT min(uniqueId) FROM message_states "
+         "WHERE startswith(topic, '%DLQ%')) ORDER BY hop"),
         ("RocketMQ consumer lag (latest consumer_offsets snapshot)",
          "SELECT `group`, topic, queue, offset, queueMaxOffset, queueMaxOffset - offset AS lag FROM consumer_offsets "
          "WHERE snapshotTime = (SELECT max(snapshotTime) FROM consumer_offsets) ORDER BY topic, queue"),
     ):
-        if "consumer_offsets" in sql and "consumer_offsets" not in tables:
+        if any(t in sql and t not in tables for t in ("consumer_offsets", "message_states")):
             continue
         print(f"\n-- {title}: {sql}", flush=True)
         spark.sql(sql).show(50, truncate=False)
