@@ -52,7 +52,8 @@ def _register(spark, name: str, path: str) -> None:
 
 
 def register_tables(spark, settings: Settings) -> list[str]:
-    """Put every table that exists under the lake root in the catalog, so plain SQL names work.
+    """Put every table that exists under the lake root in the catalog, so plain SQL names work,
+    and the views over them (pipelines/views.py).
 
     The catalog is the session's own; the lake folder is the source of truth, so each new
     session built by the factory sees the same tables without extra steps.
@@ -63,4 +64,7 @@ def register_tables(spark, settings: Settings) -> list[str]:
         if os.path.isdir(os.path.join(path, "_delta_log")):
             _register(spark, spec.name, path)
             found.append(spec.name)
+    from pipelines.views import register_views
+
+    register_views(spark, set(found))
     return found

@@ -144,6 +144,36 @@ dead_letters.jsonl and message_events.jsonl, sorted: the same inputs and T give 
     se.add_argument("--stop-timeout", type=float, default=60.0,
                     help="seconds a running micro-batch may take to finish after SIGINT/SIGTERM (default 60)")
 
+    table_opt = argparse.ArgumentParser(add_help=False)
+    table_opt.add_argument("--table", action="append", metavar="NAME",
+                           help="only this table (repeatable; default: every table of the lake)")
+    sub.add_parser(
+        "optimize", parents=[common, table_opt], help="compact the tables' small files; Z-order messages by traceId",
+        description="OPTIMIZE each Delta table of the lake: many small files from frequent micro-batches become "
+                    "few large ones; `messages` is also Z-ordered by traceId inside each topic/partition, so a "
+                    "trace lookup reads a few files. (Z-ORDER rather than liquid clustering: liquid clustering "
+                    "cannot be combined with the topic/partition partitioning.) Prints what each table did.",
+    )
+    va = sub.add_parser(
+        "vacuum", parents=[common, table_opt], help="delete files the tables no longer reference",
+        description="VACUUM each Delta table: delete data files that no table version newer than --retain-hours "
+                    "needs. Values below 168 (7 days) are refused unless --force: a running stream, a lagging "
+                    "reader or time travel may still need those files.",
+    )
+    va.add_argument("--retain-hours", type=int, required=True, metavar="N", help="keep files needed by the last N hours")
+    va.add_argument("--force", action="store_true", help="allow --retain-hours below 168")
+    va.add_argument("--dry-run", action="store_true", help="only count what would be deleted")
+    rt = sub.add_parser(
+        "retention", parents=[common, table_opt], help="delete rows older than N days",
+        description="Delete rows older than --days before --as-of (default: now) from messages (storeTimestamp), "
+                    "quarantine (ingestedAt), consumer_offsets (snapshotTime) and consumer_events (time). Files "
+                    "holding only old rows leave the table at once; `msglake vacuum` then frees the disk. Replay "
+                    "outputs are kept.",
+    )
+    rt.add_argument("--days", type=float, required=True, metavar="N", help="keep the last N days")
+    rt.add_argument("--as-of", metavar="T", help="reference time, ISO-8601 or epoch ms (default: now)")
+    rt.add_argument("--dry-run", action="store_true", help="only count what would be deleted")
+
     le = sub.add_parser(
         "load-events", parents=[common], help="append consumer events (JSON lines) to the consumer_events table",
         description="Read consumer events, one JSON object per line: {\"topic\": ..., \"messageId\": ..., "
@@ -340,6 +370,29 @@ def cmd_semantics(args) -> int:
     return 0
 
 
+def cmd_maintenance(args) -> int:
+    import datetime as dt
+
+    from pipelines import maintenance as M
+    from pipelines.replay import parse_time
+    from pipelines.session import build_session
+
+    settings = _load_settings(args)
+    if args.command == "retention":
+        now = parse_time(args.as_of) if args.as_of else dt.datetime.now(dt.timezone.utc)
+    spark = build_session(settings)
+    started = time.monotonic()
+    if args.command == "optimize":
+        done = M.optimize(spark, settings, args.table)
+    elif args.command == "vacuum":
+        done = M.vacuum(spark, settings, args.retain_hours, args.force, args.table, args.dry_run)
+    else:
+        done = M.retention(spark, settings, args.days, now, args.table, args.dry_run)
+    print(f"{args.command} of {settings.lake.root}: {len(done)} table(s) in {time.monotonic() - started:.1f}s")
+    _print(d.line() for d in done)
+    return 0
+
+
 def cmd_load_events(args) -> int:
     from pipelines.replay import load_events_table
     from pipelines.session import build_session
@@ -455,7 +508,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handlers = {"ingest": cmd_ingest, "stream": cmd_stream, "demo": cmd_demo, "generate": cmd_generate,
                 "package": cmd_package, "sql": cmd_sql, "replay": cmd_replay, "load-events": cmd_load_events,
-                "semantics": cmd_semantics}
+                "semantics": cmd_semantics, "optimize": cmd_maintenance, "vacuum": cmd_maintenance,
+                "retention": cmd_maintenance}
     try:
         return handlers[args.command](args)
     except (settings_mod.SettingsError, MissingJarsError, FileNotFoundError, ReplayInputError) as e:

@@ -21,7 +21,7 @@ import pyarrow as pa
 import yaml
 from pyspark.sql import DataFrame, SparkSession, functions as F
 
-from pipelines.catalog import ensure_table
+from pipelines.catalog import ensure_table, register_tables
 from pipelines.settings import Settings, SettingsError
 from schemas import MESSAGE_SCHEMA
 from schemas.semantics import (
@@ -195,6 +195,7 @@ def write_tables(spark: SparkSession, settings: Settings, result: Evaluation) ->
         (df.select(*spec.schema.names).write.format("delta").mode("overwrite").option("replaceWhere", where)
          .save(path))
         out[spec.name] = path
+    register_tables(spark, settings)  # the views over the new tables
     return out
 
 

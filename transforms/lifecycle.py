@@ -507,7 +507,7 @@ def coupled(policies: Policies) -> Column:
 
 def evaluate(messages: DataFrame, policies: Mapping[str, Mapping], as_of, consumer_events: DataFrame | None = None,
              consumer_offsets: DataFrame | None = None, max_hops: int = DEFAULT_MAX_HOPS,
-             persist=lambda df: df.localCheckpoint()) -> Evaluation:
+             persist=lambda df: df.localCheckpoint(eager=False)) -> Evaluation:
     """States of every copy of ``messages`` at ``as_of`` (a ``datetime``), with dead letters and events.
 
     ``policies``: topic pattern -> policy fields (``TopicPolicy.model_dump()``).

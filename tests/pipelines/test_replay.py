@@ -88,7 +88,12 @@ def test_policy_errors_name_the_key(tmp_path, capsys):
     assert "--as-of: not a time" in capsys.readouterr().err
 
 
-def test_replay_over_the_lake_tables(spark, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def replayed(spark, tmp_path_factory):
+    """Both sample brokers ingested, two consumer events loaded (twice), replayed (twice) at one T."""
+    from pipelines.replay import load_events_table
+
+    tmp_path = tmp_path_factory.mktemp("replayed")
     settings = two_broker_settings(tmp_path, 300, 200)
     doc = settings.model_dump()
     doc["policies"] = {"orders": {"messageTtlMs": 60_000, "deadLetterTopic": "orders.dlq"}, "orders.dlq": {}}
@@ -106,10 +111,14 @@ def test_replay_over_the_lake_tables(spark, tmp_path, capsys):
     events.write_text(json.dumps({"topic": "orders", "messageId": acked, "event": "acked", "time": ack}) + "\n"
                       + json.dumps({"topic": "orders", "messageId": acked, "event": "delivered", "time": ack}) + "\n")
     assert cli.main(["load-events", "--conf", str(conf), str(events)]) == 0
-    assert cli.main(["load-events", "--conf", str(conf), str(events)]) == 0   # nothing added twice
-    assert "added 0 new" in capsys.readouterr().out
+    assert load_events_table(spark, settings, [str(events)])[1] == 0   # nothing added twice
     for _ in range(2):  # the same T again replaces its rows
         assert cli.main(["replay", "--conf", str(conf), "--as-of", "2100-01-01T00:00:00Z"]) == 0
+    return settings, acked
+
+
+def test_replay_over_the_lake_tables(spark, replayed):
+    settings, acked = replayed
     lake = settings.lake.table_path
     got = spark.sql(f"SELECT state, stateReason, hop, count(*) AS n FROM delta.`{lake('message_states')}` "
                     "WHERE topic IN ('orders', 'orders.dlq') GROUP BY 1, 2, 3").collect()
@@ -140,3 +149,38 @@ def test_replay_over_the_lake_tables(spark, tmp_path, capsys):
     assert {(r.topic, r.hop, tuple(r.h), r.firstDeathReason) for r in chains} == {
         ("%RETRY%billing", 1, ("rejected:1",), "rejected"),
         ("%DLQ%billing", 2, ("delivery_limit:1", "rejected:1"), "rejected")}
+
+
+def test_views(spark, replayed):
+    settings, _ = replayed
+    lake = settings.lake.table_path
+    names = {r.viewName for r in spark.sql("SHOW VIEWS").collect()} | {t.name for t in spark.catalog.listTables()}
+    assert {"v_messages", "v_trace", "v_dead_letters", "v_backlog"} <= names
+    m = spark.read.format("delta").load(lake("messages"))
+    curated = m.where("NOT coalesce(systemCopy, false) AND retryOf IS NULL")
+    assert spark.table("v_messages").count() == curated.count() < m.count()
+    # v_backlog adds up to message_states, state by state.
+    states = spark.read.format("delta").load(lake("message_states"))
+    b = spark.sql("SELECT sum(copies) c, sum(ready) r, sum(deadLettered) d, sum(readyUnconsumed) u FROM v_backlog").first()
+    assert (b.c, b.r, b.d) == (states.count(), states.where("state = 'ready'").count(),
+                               states.where("state = 'dead_lettered'").count())
+    assert b.u == states.where("state = 'ready' AND consumedAt IS NULL").count() < b.r
+    # v_dead_letters: one row per history entry, the latest death first.
+    dl = spark.read.format("delta").load(lake("dead_letters"))
+    assert spark.table("v_dead_letters").count() == dl.selectExpr("sum(size(deathHistory))").first()[0]
+    dlq = spark.sql("SELECT deathIndex, reason FROM v_dead_letters WHERE deadLetterTopic = '%DLQ%billing' "
+                    "AND uniqueId = (SELECT min(uniqueId) FROM v_dead_letters WHERE deadLetterTopic = '%DLQ%billing') "
+                    "ORDER BY deathIndex").collect()
+    assert [(r.deathIndex, r.reason) for r in dlq] == [(0, "delivery_limit"), (1, "rejected")]
+    # v_trace: the hops of one trace, in store order, each latency from the previous hop; an
+    # expired order's trace ends in its dead-lettered copy in orders.dlq.
+    trace = spark.sql("SELECT traceId FROM v_trace GROUP BY traceId HAVING count(*) = 2 "
+                      "AND array_contains(collect_list(topic), 'orders.dlq') ORDER BY traceId LIMIT 1").first()[0]
+    hops = spark.sql(f"SELECT topic, hop, hopIndex, latencyMs, bornTimestamp FROM v_trace WHERE traceId = '{trace}' "
+                     "ORDER BY hopIndex").collect()
+    assert [(h.topic, h.hop, h.hopIndex) for h in hops] == [("orders", None, 1), ("orders.dlq", 1, 2)]
+    assert hops[1].latencyMs == 60_000  # the TTL: stored in orders.dlq a minute after orders
+    assert hops[0].latencyMs is None if hops[0].bornTimestamp is None else hops[0].latencyMs >= 0
+    rmq = spark.sql("SELECT traceId, collect_list(topic) AS topics FROM (SELECT * FROM v_trace ORDER BY hopIndex) "
+                    "GROUP BY traceId HAVING array_contains(topics, '%DLQ%billing') LIMIT 1").first()
+    assert rmq is not None and "%RETRY%billing" in rmq.topics
