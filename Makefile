@@ -41,6 +41,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_ingest.py --format nsq-ext
 	$(BIN)/python benchmarks/bench_ingest.py --format rocketmq-commitlog
 	$(BIN)/python benchmarks/bench_stream.py
+	$(BIN)/python benchmarks/bench_replay.py
 
 clean-demo:
 	rm -rf lake demo-data
