@@ -16,6 +16,8 @@
 """
 from __future__ import annotations
 
+import sys
+
 LATEST = "asOf <=> (SELECT max(asOf) FROM {table})"
 
 V_MESSAGES = """
@@ -83,8 +85,19 @@ def view_sql(tables: set[str]) -> dict[str, str]:
 
 
 def register_views(spark, tables: set[str]) -> list[str]:
-    """(Re)create the views over the registered tables; returns their names."""
-    views = view_sql(tables)
-    for name, sql in views.items():
-        spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW `{name}` AS {sql}")
-    return list(views)
+    """(Re)create the views over the registered tables; returns the names of those created.
+
+    A table an older msglake wrote may lack a column a view reads (the next job that opens the
+    table adds it): that view is left out with a warning instead of failing the session.
+    """
+    from pyspark.errors import AnalysisException
+
+    made = []
+    for name, sql in view_sql(tables).items():
+        try:
+            spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW `{name}` AS {sql}")
+            made.append(name)
+        except AnalysisException as e:
+            spark.catalog.dropTempView(name)
+            print(f"msglake: view {name} not registered: {str(e).splitlines()[0][:200]}", file=sys.stderr)
+    return made

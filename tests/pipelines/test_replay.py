@@ -184,3 +184,15 @@ def test_views(spark, replayed):
     rmq = spark.sql("SELECT traceId, collect_list(topic) AS topics FROM (SELECT * FROM v_trace ORDER BY hopIndex) "
                     "GROUP BY traceId HAVING array_contains(topics, '%DLQ%billing') LIMIT 1").first()
     assert rmq is not None and "%RETRY%billing" in rmq.topics
+
+
+def test_a_view_whose_columns_are_missing_is_left_out_not_fatal(spark, tmp_path, capsys):
+    from pipelines.views import register_views
+
+    spark.createDataFrame([("t", 1)], "topic string, partition int").createOrReplaceTempView("messages")
+    try:
+        assert register_views(spark, {"messages"}) == []   # both views read columns it lacks
+        assert "view v_messages not registered" in capsys.readouterr().err
+        assert not spark.catalog.tableExists("v_messages")
+    finally:
+        spark.catalog.dropTempView("messages")
