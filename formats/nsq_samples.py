@@ -121,6 +121,16 @@ def _bad_inputs(data_path: str, queues: list[_Queue], truth: GroundTruth) -> Non
     orders.bad(_ext(b"body", 4, b'["not","an","object"]'), "not an object")
     orders.bad(_ext(b"body", 4, b'{"##trace_id":12345}'), "##trace_id must be a decimal")
     orders.bad(b"0123456789", "below the 26-byte minimum")
+    # Records that decode but break the default (warn-level) quality rules: kept, and counted.
+    born = BASE_NS // 1_000_000
+    for rule, header in (
+        ("priority_range", {"priority": 15}),
+        ("expire_before_born", {"bornTimestamp": born, "expireTime": born - 1000}),
+        ("store_before_born", {"bornTimestamp": born + 3_600_000}),  # the producer's clock an hour ahead
+        ("delay_above_max", {"bornTimestamp": born, "delayTime": 2 * 3_600_000}),  # orders* allow 1 h
+    ):
+        orders.put(b"breaks " + rule.encode(), header=header, ts=BASE_NS, priority=header.get("priority", 5))
+        truth.warn(rule)
     # Framing lost: the rest of the segment is quarantined, then the queue continues in a new file.
     corrupt = _Queue(data_path, "corrupt", 0, True, truth, 1 << 30)
     queues.append(corrupt)

@@ -194,6 +194,12 @@ def _bad_inputs(g: _Gen) -> None:
     r = rec(); r[body_end + 1 : body_end + 3] = b"\xff\xfe"; bad(r, "TOPIC is not valid UTF-8")
     odd = replace(m, properties={"KEY": "caf\u00e9"})
     r = bytearray(g.w.record_bytes(odd)); r[-3:-1] = b"\xc3\x28"; bad(r, "PROPERTIES are not valid UTF-8")
+    # Decodes, but no broker accepts this topic name: the topic_name rule (quarantine by default)
+    # moves it to quarantine with its bytes.
+    if g.w.pos + 1000 > g.w.file_size:
+        g.w._roll()
+    w = g.put(replace(m, topic="orders prod", properties={"UNIQ_KEY": g.uniq(BASE_MS, PRODUCERS[0])}), expect=False)
+    g.truth.quarantined.append(ExpectedQuarantine(w.segment, w.position, w.length, "topic_name"))
     props = b"no separators at all"
     head = g.w.record_bytes(replace(m, properties={}))
     r = bytearray(head[:-2] + struct.pack(">h", len(props)) + props); r[0:4] = struct.pack(">i", len(r))

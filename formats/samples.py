@@ -38,6 +38,11 @@ class GroundTruth:
     pending_bytes: int = 0
     #: Bytes that hold no record by design (RocketMQ end-of-file blanks and unwritten tails).
     padding_bytes: int = 0
+    #: Messages that decode but break a warn-level quality rule (quality/rules.py) by default: rule -> count.
+    warned: dict[str, int] = field(default_factory=dict)
+
+    def warn(self, rule: str) -> None:
+        self.warned[rule] = self.warned.get(rule, 0) + 1
 
     def by_key(self) -> dict[tuple, Expected]:
         return {(m.topic, m.partition, m.segment, m.position): m for m in self.messages}

@@ -504,6 +504,7 @@ def cmd_demo(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     from pipelines.replay import ReplayInputError
     from pipelines.session import MissingJarsError
+    from quality.rules import QualityRuleFailed
 
     args = _parser().parse_args(argv)
     handlers = {"ingest": cmd_ingest, "stream": cmd_stream, "demo": cmd_demo, "generate": cmd_generate,
@@ -515,6 +516,9 @@ def main(argv: list[str] | None = None) -> int:
     except (settings_mod.SettingsError, MissingJarsError, FileNotFoundError, ReplayInputError) as e:
         print(f"msglake: error: {e}", file=sys.stderr)
         return 2
+    except QualityRuleFailed as e:
+        print(f"msglake: quality check failed: {e}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         print("msglake: interrupted", file=sys.stderr)
         return 130

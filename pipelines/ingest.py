@@ -20,6 +20,8 @@ from pipelines.offsets import ConsumerOffsetRecorder
 from pipelines.progress import ProgressReporter
 from pipelines.settings import Settings, SourceSettings
 from pipelines.sinks import DeltaSink, RunCounts
+from pipelines.source import raw_record_reader
+from quality.rules import QualityRuleFailed
 from schemas import CONSUMER_OFFSETS_TABLE, MESSAGES_TABLE, QUARANTINE_TABLE
 
 
@@ -49,6 +51,8 @@ class IngestSummary:
     padding_bytes: int = 0
     #: Rows of consumer-offset snapshots written (RocketMQ stores with config/consumerOffset.json).
     offset_rows: int = 0
+    #: Quality rule -> (level, decoded messages it matched).
+    rule_hits: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     @property
     def balanced(self) -> bool:
@@ -72,6 +76,9 @@ class IngestSummary:
         for path, (a, b) in sorted(self.deleted_unread.items()):
             lost = f"bytes {a}..{b}" if b is not None else f"bytes from {a} on (size unknown)"
             out.append(f"  LOST: {path} was deleted before it was read: {lost} (a quarantine row records it)")
+        for rule, (level, n) in sorted(self.rule_hits.items()):
+            what = "kept in messages" if level == "warn" else "moved to quarantine"
+            out.append(f"  quality rule {rule} ({level}): {n:,} message(s), {what}")
         if self.offset_rows:
             out.append(f"  consumer offsets: {self.offset_rows:,} rows snapshotted into consumer_offsets")
         out += [f"  note: {n}" for n in self.notes]
@@ -139,7 +146,9 @@ def run(
     tables = {spec.name: ensure_table(spark, settings, spec) for spec in (MESSAGES_TABLE, QUARANTINE_TABLE)}
     counts = RunCounts()
     offsets = ConsumerOffsetRecorder(spark, settings, src) if src.format == "rocketmq-commitlog" else None
-    sink = _LazySink(src.name, checkpoint, tables, counts, settings.ingest.dedupWatermarkSeconds, offsets)
+    sink = _LazySink(src.name, checkpoint, tables, counts, settings.ingest.dedupWatermarkSeconds, offsets,
+                     dict(rules=settings.quality.rule_context(settings.policies), levels=settings.quality.levels(),
+                          raw_reader=raw_record_reader(src.format, os.path.abspath(src.path), src.codec_kwargs())))
     listener = None
     if progress is not None:
         progress.counts = counts
@@ -156,6 +165,10 @@ def run(
     query = writer.start()
     try:
         _wait(query, stop, stop_timeout)
+    except Exception:
+        if sink.failure is not None:
+            raise sink.failure from None  # the rule's own message, not Spark's wrapped traceback
+        raise
     finally:
         if listener is not None:
             # Progress events reach the listener asynchronously: let the last one arrive.
@@ -188,6 +201,7 @@ def run(
         notes=scan.notes + (offsets.problems if offsets is not None else []),
         ignored=scan.ignored,
         offset_rows=offsets.rows_written if offsets is not None else 0,
+        rule_hits={rule: (settings.quality.levels()[rule], n) for rule, n in counts.rule_hits().items()},
     )
 
 
@@ -215,18 +229,24 @@ class _LazySink:
     """
 
     def __init__(self, source: str, checkpoint: str, tables: dict[str, str], counts: RunCounts, watermark: int,
-                 offsets: ConsumerOffsetRecorder | None = None):
+                 offsets: ConsumerOffsetRecorder | None = None, quality: dict | None = None):
         self.source, self.checkpoint, self.tables, self.counts = source, checkpoint, tables, counts
         self.watermark = watermark
         self.offsets = offsets
+        self.quality = quality or {}
         self._sink: DeltaSink | None = None
+        self.failure: QualityRuleFailed | None = None
 
     def __call__(self, df, batch_id: int) -> None:
         if self._sink is None:
             app_id = f"msglake-ingest:{self.source}:{cp.query_id(self.checkpoint)}"
             self._sink = DeltaSink(app_id, self.tables[MESSAGES_TABLE.name], self.tables[QUARANTINE_TABLE.name],
-                                   self.counts, self.watermark)
-        batch = self._sink(df, batch_id)
+                                   self.counts, self.watermark, **self.quality)
+        try:
+            batch = self._sink(df, batch_id)
+        except QualityRuleFailed as e:
+            self.failure = e
+            raise
         # The offsets of this batch are in the checkpoint already (written before it ran).
         end = cp.batch_offset(self.checkpoint, batch_id)
         batch.read_bytes = cp.bytes_moved(cp.batch_offset(self.checkpoint, batch_id - 1), end) if end else 0

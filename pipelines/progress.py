@@ -74,6 +74,7 @@ class ProgressReporter:
             "durationMs": progress.durationMs.get("triggerExecution"),
             "messages": messages,
             "quarantined": batch.quarantined if batch else 0,
+            "ruleHits": dict(batch.rule_hits) if batch else {},
             "bytes": consumed,
             "messagesPerSecond": round(messages / seconds, 1),
             "bytesPerSecond": round(consumed / seconds, 1),

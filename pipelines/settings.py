@@ -131,6 +131,40 @@ class TopicPolicy(_Strict):
     expiryAtHeadOnly: bool = False
 
 
+def _rule_levels_model():
+    """``quality.rules``: one optional field per rule of quality/rules.py, so an unknown rule name
+    or level fails like any other key."""
+    from pydantic import create_model
+
+    from quality.rules import LEVELS, RULES
+
+    level = Literal[LEVELS]  # type: ignore[valid-type]
+    return create_model("RuleLevels", __base__=_Strict, **{n: (level, r.default) for n, r in RULES.items()})
+
+
+RuleLevels = _rule_levels_model()
+
+
+class QualitySettings(_Strict):
+    """Row checks in the ingest stream and the data-quality reports (``msglake quality``)."""
+
+    #: The broker's maximum message size (RocketMQ's ``maxMessageSize``, 4 MiB by default).
+    maxMessageBytes: PositiveInt = 4 << 20
+    #: How far ``storeTimestamp`` may be before ``bornTimestamp`` (producer and broker clocks differ).
+    clockSkewMs: NonNegativeInt = 60_000
+    rules: RuleLevels = Field(default_factory=RuleLevels)  # type: ignore[valid-type]
+    #: Folder of the reports; default ``<lake root>/_reports``.
+    reportDir: str | None = None
+
+    def rule_context(self, policies: dict[str, TopicPolicy]):
+        from quality.rules import RuleContext
+
+        return RuleContext({k: v.model_dump() for k, v in policies.items()}, self.maxMessageBytes, self.clockSkewMs)
+
+    def levels(self) -> dict[str, str]:
+        return self.rules.model_dump()
+
+
 class Settings(_Strict):
     lake: LakeSettings = Field(default_factory=LakeSettings)
     #: Topic name or glob pattern -> its policy; the most specific match wins (exact names first,
@@ -139,6 +173,10 @@ class Settings(_Strict):
     spark: SparkSettings = Field(default_factory=SparkSettings)
     sources: list[SourceSettings] = Field(default_factory=list)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
+    quality: QualitySettings = Field(default_factory=QualitySettings)
+
+    def report_dir(self) -> str:
+        return str(Path(self.quality.reportDir or Path(self.lake.root, "_reports")).resolve())
 
     def source(self, name: str | None = None) -> SourceSettings:
         """The source called ``name``, or the only one when ``name`` is None."""

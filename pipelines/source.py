@@ -183,6 +183,42 @@ def read_range(opts: SourceOptions, partition: InputPartition) -> Iterator:
     yield qb.build()
 
 
+def raw_record_reader(fmt: str, root: str, codec_options: dict):
+    """A ``mapInArrow`` function that fills ``rawBytes`` of located rows by reading their bytes back.
+
+    Rows carry ``segment`` (a file name), ``segmentPosition`` and ``recordLength``; the segment is
+    found under ``root`` by the codec's scan. Used for decoded messages that a quality rule moves
+    to quarantine (their bytes are not kept by the decode pass, which would double its memory).
+    A segment deleted in between leaves ``rawBytes`` empty and says so in ``reason``.
+    """
+    def read(batches):
+        import pyarrow as pa
+
+        paths: dict[str, str] | None = None
+        for batch in batches:
+            if paths is None:
+                scan = get_codec(fmt, **codec_options).scan(root)
+                paths = {os.path.basename(s.path): os.path.join(root, s.path) for s in scan.segments}
+            raw, reasons = [], []
+            columns = batch.select(["segment", "segmentPosition", "recordLength", "reason"]).to_pydict()
+            for seg, pos, length, reason in zip(*columns.values()):
+                try:
+                    with open(paths[seg], "rb") as f:
+                        f.seek(pos)
+                        data = f.read(length)
+                except (KeyError, FileNotFoundError):
+                    data = b""
+                if len(data) != length:
+                    reason += "; raw bytes unavailable: the segment was deleted or cut before they were copied"
+                raw.append(data)
+                reasons.append(reason)
+            names = batch.schema.names
+            out = batch.set_column(names.index("reason"), "reason", pa.array(reasons, pa.string()))
+            yield out.set_column(names.index("rawBytes"), "rawBytes", pa.array(raw, pa.binary()))
+
+    return read
+
+
 class SegmentBatchReader(DataSourceReader):
     """``spark.read.format("msglake")``: everything committed at planning time."""
 

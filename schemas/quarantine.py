@@ -23,7 +23,11 @@ QUARANTINE_DETAIL = [
     pa.field("quarantinedAt", TS, nullable=False),
 ]
 
-QUARANTINE_SCHEMA = pa.schema(QUARANTINE_LOCATION + QUARANTINE_DETAIL + LINEAGE[1:])
+#: The quality rule (quality/rules.py) that moved a decoded message here; null for records that
+#: did not decode.
+QUARANTINE_RULE = pa.field("rule", pa.string())
+
+QUARANTINE_SCHEMA = pa.schema(QUARANTINE_LOCATION + QUARANTINE_DETAIL + LINEAGE[1:] + [QUARANTINE_RULE])
 
 QUARANTINE_TABLE = TableSpec(
     name="quarantine",

@@ -38,6 +38,9 @@ def test_ingest_twice_with_an_append_between_matches_ground_truth(spark, tmp_pat
     first = ingest(spark, settings)
     assert first.balanced and first.messages == len(truth.messages)
     assert first.quarantined == len(truth.quarantined) and first.pending == truth.pending_bytes
+    # Warn-level quality rules keep the messages that break them, and count them.
+    assert first.rule_hits == {rule: ("warn", n) for rule, n in truth.warned.items()}
+    assert "  quality rule priority_range (warn): 1 message(s), kept in messages" in first.lines()
 
     # The broker appends to a live queue and rolls a new segment.
     w = NsqQueueWriter(str(data), "orders", 1, max_bytes_per_file=1 << 20, file_num=50, virtual_start=10**9,

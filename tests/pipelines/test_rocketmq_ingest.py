@@ -51,6 +51,9 @@ def test_ingest_matches_ground_truth_and_snapshots_consumer_offsets(spark, tmp_p
     q = keyed(quarantine.where(F.col("sourceFormat") == "rocketmq_commitlog"))
     assert sorted((k[2], k[3]) for k in q) == sorted((e.segment, e.position) for e in truth.quarantined)
     assert all(len(r.rawBytes) == r.recordLength for r in q.values())
+    # A record that decodes but carries a topic name no broker accepts: held by the topic_name rule.
+    [held] = [r for r in q.values() if r.rule is not None]
+    assert (held.rule, held.topic) == ("topic_name", "orders prod") and held.reason.startswith("topic_name: ")
 
     offsets = spark.read.format("delta").load(settings.lake.table_path("consumer_offsets"))
     rows = {(r.group, r.topic, r.queue): r for r in offsets.collect()}
