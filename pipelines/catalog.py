@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from schemas import CONSUMER_OFFSETS_TABLE, MESSAGES_TABLE, QUARANTINE_TABLE, TableSpec
+from schemas.quality import QUALITY_RESULTS_TABLE
 from schemas.semantics import CONSUMER_EVENTS_TABLE, DEAD_LETTERS_TABLE, MESSAGE_EVENTS_TABLE, MESSAGE_STATES_TABLE
 from schemas.spark import to_spark
 from pipelines.settings import Settings
@@ -11,7 +12,7 @@ from pipelines.settings import Settings
 #: Tables of the lake, in the order they are created.
 TABLES: tuple[TableSpec, ...] = (
     MESSAGES_TABLE, QUARANTINE_TABLE, CONSUMER_OFFSETS_TABLE, CONSUMER_EVENTS_TABLE, MESSAGE_STATES_TABLE,
-    DEAD_LETTERS_TABLE, MESSAGE_EVENTS_TABLE,
+    DEAD_LETTERS_TABLE, MESSAGE_EVENTS_TABLE, QUALITY_RESULTS_TABLE,
 )
 
 

@@ -174,6 +174,21 @@ dead_letters.jsonl and message_events.jsonl, sorted: the same inputs and T give 
     rt.add_argument("--as-of", metavar="T", help="reference time, ISO-8601 or epoch ms (default: now)")
     rt.add_argument("--dry-run", action="store_true", help="only count what would be deleted")
 
+    qa = sub.add_parser(
+        "quality", parents=[common], help="validate lake tables and write data-quality reports",
+        description="Validate a lake table with its great-expectations suite (quality/suites.py: keys, required "
+                    "columns and value sets, and every row rule of quality.rules) and write, under "
+                    "quality.reportDir (default <lake>/_reports), a JSON result and a self-contained HTML report "
+                    "(per check pass/fail counts, sample failing rows, charts; readable offline). Each check's "
+                    "result is appended to the quality_results table. Exit status: 0 when every error-level "
+                    "check passed (warnings allowed), 1 when one failed, 2 on bad arguments or a missing table.",
+    )
+    qa.add_argument("--table", action="append", choices=("messages", "dead_letters", "quarantine"),
+                    help="table to validate (repeatable; default: messages)")
+    qa.add_argument("--since", metavar="T", help="only rows at or after T (ISO-8601 or epoch ms): ingestedAt for "
+                    "messages, quarantinedAt for quarantine, the death time (storeTimestamp) for dead_letters")
+    qa.add_argument("--out", metavar="DIR", help="folder for the reports (default: quality.reportDir)")
+
     le = sub.add_parser(
         "load-events", parents=[common], help="append consumer events (JSON lines) to the consumer_events table",
         description="Read consumer events, one JSON object per line: {\"topic\": ..., \"messageId\": ..., "
@@ -393,6 +408,24 @@ def cmd_maintenance(args) -> int:
     return 0
 
 
+def cmd_quality(args) -> int:
+    from pipelines.replay import parse_time
+    from pipelines.report import run_quality
+    from pipelines.session import build_session
+
+    settings = _load_settings(args)
+    since = parse_time(args.since, "--since") if args.since else None
+    spark = build_session(settings)
+    worst = 0
+    for table in args.table or ["messages"]:
+        started = time.monotonic()
+        run = run_quality(spark, settings, table, since, args.out)
+        _print(run.lines())
+        print(f"  took {time.monotonic() - started:.1f}s")
+        worst = max(worst, 1 if run.errors else 0)
+    return worst
+
+
 def cmd_load_events(args) -> int:
     from pipelines.replay import load_events_table
     from pipelines.session import build_session
@@ -510,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {"ingest": cmd_ingest, "stream": cmd_stream, "demo": cmd_demo, "generate": cmd_generate,
                 "package": cmd_package, "sql": cmd_sql, "replay": cmd_replay, "load-events": cmd_load_events,
                 "semantics": cmd_semantics, "optimize": cmd_maintenance, "vacuum": cmd_maintenance,
-                "retention": cmd_maintenance}
+                "retention": cmd_maintenance, "quality": cmd_quality}
     try:
         return handlers[args.command](args)
     except (settings_mod.SettingsError, MissingJarsError, FileNotFoundError, ReplayInputError) as e:

@@ -44,3 +44,40 @@ def spark(tmp_path_factory):
     session = build_session(settings, app_name="msglake-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def replayed(spark, tmp_path_factory):
+    """A demo-shaped lake shared by the tests that read one (views, quality reports, notebooks): both
+    sample brokers ingested, two consumer events loaded (twice), replayed (twice) at one T.
+
+    Returns (settings, the acked message id, the settings file)."""
+    import datetime as dt
+    import json
+
+    from pipelines import cli
+    from pipelines.ingest import ingest
+    from pipelines.replay import load_events_table
+
+    tmp_path = tmp_path_factory.mktemp("replayed")
+    settings = two_broker_settings(tmp_path, 300, 200)
+    doc = settings.model_dump()
+    doc["policies"] = {"orders": {"messageTtlMs": 60_000, "deadLetterTopic": "orders.dlq"}, "orders.dlq": {}}
+    settings = settings_mod.from_dict(doc, "test")
+    for src in settings.sources:
+        ingest(spark, settings, src.name)
+    conf = tmp_path / "conf.yaml"
+    conf.write_text(json.dumps(doc))
+    first = spark.sql(f"SELECT messageId, uniqueId, unix_micros(storeTimestamp) AS us FROM delta.`{settings.lake.table_path('messages')}` "
+                      "WHERE topic = 'orders' AND NOT coalesce(systemCopy, false) AND retryOf IS NULL "
+                      "ORDER BY storeTimestamp, messageId LIMIT 1").first()
+    acked = first["uniqueId"] or first["messageId"]
+    events = tmp_path / "ev.jsonl"
+    ack = dt.datetime.fromtimestamp(first["us"] / 1e6 + 1, dt.timezone.utc).isoformat()
+    events.write_text(json.dumps({"topic": "orders", "messageId": acked, "event": "acked", "time": ack}) + "\n"
+                      + json.dumps({"topic": "orders", "messageId": acked, "event": "delivered", "time": ack}) + "\n")
+    assert cli.main(["load-events", "--conf", str(conf), str(events)]) == 0
+    assert load_events_table(spark, settings, [str(events)])[1] == 0   # nothing added twice
+    for _ in range(2):  # the same T again replaces its rows
+        assert cli.main(["replay", "--conf", str(conf), "--as-of", "2100-01-01T00:00:00Z"]) == 0
+    return settings, acked, conf

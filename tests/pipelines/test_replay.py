@@ -1,16 +1,13 @@
 """msglake replay / load-events: the README's worked example, determinism, lake tables, bad input lines."""
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import shutil
 
 import pytest
 
-from pipelines import cli, settings as S
-from pipelines.ingest import ingest
-from tests.conftest import two_broker_settings
+from pipelines import cli
 
 pytestmark = pytest.mark.slow
 
@@ -88,37 +85,8 @@ def test_policy_errors_name_the_key(tmp_path, capsys):
     assert "--as-of: not a time" in capsys.readouterr().err
 
 
-@pytest.fixture(scope="module")
-def replayed(spark, tmp_path_factory):
-    """Both sample brokers ingested, two consumer events loaded (twice), replayed (twice) at one T."""
-    from pipelines.replay import load_events_table
-
-    tmp_path = tmp_path_factory.mktemp("replayed")
-    settings = two_broker_settings(tmp_path, 300, 200)
-    doc = settings.model_dump()
-    doc["policies"] = {"orders": {"messageTtlMs": 60_000, "deadLetterTopic": "orders.dlq"}, "orders.dlq": {}}
-    settings = S.from_dict(doc, "test")
-    for src in settings.sources:
-        ingest(spark, settings, src.name)
-    conf = tmp_path / "conf.yaml"
-    conf.write_text(json.dumps(doc))
-    first = spark.sql(f"SELECT messageId, uniqueId, unix_micros(storeTimestamp) AS us FROM delta.`{settings.lake.table_path('messages')}` "
-                      "WHERE topic = 'orders' AND NOT coalesce(systemCopy, false) AND retryOf IS NULL "
-                      "ORDER BY storeTimestamp, messageId LIMIT 1").first()
-    acked = first["uniqueId"] or first["messageId"]
-    events = tmp_path / "ev.jsonl"
-    ack = dt.datetime.fromtimestamp(first["us"] / 1e6 + 1, dt.timezone.utc).isoformat()
-    events.write_text(json.dumps({"topic": "orders", "messageId": acked, "event": "acked", "time": ack}) + "\n"
-                      + json.dumps({"topic": "orders", "messageId": acked, "event": "delivered", "time": ack}) + "\n")
-    assert cli.main(["load-events", "--conf", str(conf), str(events)]) == 0
-    assert load_events_table(spark, settings, [str(events)])[1] == 0   # nothing added twice
-    for _ in range(2):  # the same T again replaces its rows
-        assert cli.main(["replay", "--conf", str(conf), "--as-of", "2100-01-01T00:00:00Z"]) == 0
-    return settings, acked
-
-
 def test_replay_over_the_lake_tables(spark, replayed):
-    settings, acked = replayed
+    settings, acked, _ = replayed
     lake = settings.lake.table_path
     got = spark.sql(f"SELECT state, stateReason, hop, count(*) AS n FROM delta.`{lake('message_states')}` "
                     "WHERE topic IN ('orders', 'orders.dlq') GROUP BY 1, 2, 3").collect()
@@ -152,7 +120,7 @@ def test_replay_over_the_lake_tables(spark, replayed):
 
 
 def test_views(spark, replayed):
-    settings, _ = replayed
+    settings, _, _ = replayed
     lake = settings.lake.table_path
     names = {r.viewName for r in spark.sql("SHOW VIEWS").collect()} | {t.name for t in spark.catalog.listTables()}
     assert {"v_messages", "v_trace", "v_dead_letters", "v_backlog"} <= names
