@@ -42,6 +42,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_ingest.py --format rocketmq-commitlog
 	$(BIN)/python benchmarks/bench_stream.py
 	$(BIN)/python benchmarks/bench_replay.py
+	$(BIN)/python benchmarks/bench_trace.py
 
 clean-demo:
 	rm -rf lake demo-data

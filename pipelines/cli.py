@@ -475,15 +475,15 @@ def cmd_demo(args) -> int:
         shutil.rmtree(settings.lake.root, ignore_errors=True)
     for src in settings.sources:
         if not os.path.isdir(src.path):
-            print(f"[1/4] generating {args.messages:,} sample messages ({src.format}) in {os.path.abspath(src.path)}",
+            print(f"[1/5] generating {args.messages:,} sample messages ({src.format}) in {os.path.abspath(src.path)}",
                   flush=True)
             truth = _generate(src.format, src.path, args.messages)
             print(f"      {len(truth.messages):,} messages, {len(truth.quarantined)} corrupt records among them",
                   flush=True)
         else:
-            print(f"[1/4] using the sample data already in {os.path.abspath(src.path)} (--fresh to regenerate)",
+            print(f"[1/5] using the sample data already in {os.path.abspath(src.path)} (--fresh to regenerate)",
                   flush=True)
-    print("[2/4] starting Spark and ingesting (available-now) ...", flush=True)
+    print("[2/5] starting Spark and ingesting (available-now) ...", flush=True)
     spark = build_session(settings)
     tables: dict[str, str] = {}
     balanced = True
@@ -492,7 +492,7 @@ def cmd_demo(args) -> int:
         _print(summary.lines())
         tables.update(summary.tables)
         balanced &= summary.balanced
-    print("[3/4] delivery semantics (msglake replay) as of the newest message, with the settings' policies",
+    print("[3/5] delivery semantics (msglake replay) as of the newest message, with the settings' policies",
           flush=True)
     from pipelines import replay as R
     from transforms.lifecycle import evaluate
@@ -502,7 +502,7 @@ def cmd_demo(args) -> int:
     result = evaluate(messages, R.policies_of(settings), R.default_as_of(messages), consumer_offsets=offsets)
     tables.update(R.write_tables(spark, settings, result))
     _print(R.summarize(result))
-    print("[4/4] what the lake holds, through Spark SQL", flush=True)
+    print("[4/5] what the lake holds, through Spark SQL", flush=True)
     for title, sql in (
         ("rows per broker and topic (one table for every broker)",
          "SELECT sourceFormat, topic, count(DISTINCT partition) AS partitions, count(*) AS messages, "
@@ -529,9 +529,19 @@ def cmd_demo(args) -> int:
             continue
         print(f"\n-- {title}: {sql}", flush=True)
         spark.sql(sql).show(50, truncate=False)
-    print("tables (Delta, query with spark.sql after pipelines.session.build_session):")
+    print("[5/5] data-quality report on messages (msglake quality)", flush=True)
+    from pipelines.report import run_quality
+
+    quality = run_quality(spark, settings, "messages")
+    _print(quality.lines()[:1] + [line for line in quality.lines()[1:] if not line.startswith("  ok")])
+    print("\ntables (Delta, query with spark.sql after pipelines.session.build_session):")
     _print(f"  {name:<16} {path}" for name, path in tables.items())
-    return 0 if balanced else 1
+    print(f"\nquality report (open in a browser, works offline): {quality.html_path}")
+    sample = ("SELECT topic, copies, ready, expired, deadLettered, dropped FROM v_backlog "
+              "WHERE asOf = (SELECT max(asOf) FROM v_backlog) ORDER BY copies DESC LIMIT 8")
+    print(f"sample query (views: v_messages, v_trace, v_dead_letters, v_backlog):\n  msglake sql \"{sample}\"")
+    spark.sql(sample).show(truncate=False)
+    return 0 if balanced and not quality.errors else 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -622,3 +622,17 @@ def _events(fated: DataFrame, as_of) -> DataFrame:
                 F.col("e")["time"].alias("time"), F.col("e")["seq"].cast("int").alias("seq"),
                 F.col("e")["state"].alias("state"), F.col("e")["reason"].alias("reason"))
     )
+
+
+def states_at(events: DataFrame, t) -> DataFrame:
+    """The state of every copy at ``t`` read from an event log (``message_events``): ``rowId, state``.
+
+    A copy's state at ``t`` is the state after its last event at or before ``t``; copies stored
+    after ``t`` have no row. With the log of an evaluation at ``T >= t`` this equals the states
+    of an evaluation at ``t`` itself (notebooks/replay_at_t.ipynb shows it on the demo lake).
+    """
+    return (
+        events.where(F.col("time") <= _t(t))
+        .groupBy("rowId")
+        .agg(F.max_by("state", F.struct("time", "seq")).alias("state"))
+    )
