@@ -166,7 +166,7 @@ dead_letters.jsonl and message_events.jsonl, sorted: the same inputs and T give 
     rt = sub.add_parser(
         "retention", parents=[common, table_opt], help="delete rows older than N days",
         description="Delete rows older than --days before --as-of (default: now) from messages (storeTimestamp), "
-                    "quarantine (ingestedAt), consumer_offsets (snapshotTime) and consumer_events (time). Files "
+                    "quarantine (quarantinedAt), consumer_offsets (snapshotTime) and consumer_events (time). Files "
                     "holding only old rows leave the table at once; `msglake vacuum` then frees the disk. Replay "
                     "outputs are kept.",
     )

@@ -19,8 +19,13 @@ from pipelines.settings import Settings, SettingsError
 SAFE_RETAIN_HOURS = 168
 #: Z-order columns per table; the others are only compacted.
 ZORDER = {"messages": ("traceId",)}
+#: Largest file OPTIMIZE writes for a Z-ordered table. Delta's default (1 GiB) leaves one file per
+#: topic/partition of a few GiB, and a file whose traceId range covers everything cannot be
+#: skipped; smaller Z-ordered files each cover a narrow traceId range, so a lookup reads one per
+#: partition.
+ZORDER_FILE_BYTES = 128 << 20
 #: The time column retention compares against, per table.
-RETENTION_COLUMN = {"messages": "storeTimestamp", "quarantine": "ingestedAt", "consumer_offsets": "snapshotTime",
+RETENTION_COLUMN = {"messages": "storeTimestamp", "quarantine": "quarantinedAt", "consumer_offsets": "snapshotTime",
                     "consumer_events": "time"}
 
 
@@ -56,7 +61,17 @@ def optimize(spark, settings: Settings, tables: list[str] | None = None) -> list
     for name, path in _existing(spark, settings, tables):
         zorder = ZORDER.get(name)
         sql = f"OPTIMIZE delta.`{path}`" + (f" ZORDER BY ({', '.join(zorder)})" if zorder else "")
-        metrics = spark.sql(sql).first()["metrics"]
+        key = "spark.databricks.delta.optimize.maxFileSize"
+        before = spark.conf.get(key, None)
+        if zorder:
+            spark.conf.set(key, str(ZORDER_FILE_BYTES))
+        try:
+            metrics = spark.sql(sql).first()["metrics"]
+        finally:
+            if before is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, before)
         how = f"Z-ordered by {', '.join(zorder)}" if zorder else "compacted"
         done.append(Done(name, "optimize", f"{how}: {metrics['numFilesRemoved']} files -> {metrics['numFilesAdded']} "
                                            f"({metrics['filesRemoved']['totalSize'] or 0:,} -> "

@@ -57,7 +57,8 @@ class QualityRun:
         for res in r["results"]:
             mark = "ok  " if res["success"] else ("FAIL" if res["level"] == "error" else "warn")
             counts = f"{res['unexpected']:,} of {res['evaluated']:,}" if res["evaluated"] is not None else ""
-            out.append(f"  {mark} {res['name']:<22} {res['level']:<8} {counts:>22}  {res['description']}")
+            out.append(f"  {mark} {res['name']:<22} {res['level']:<8} {counts:>22}  {res['description']}"
+                       + (f" -- could not be checked: {res['error']}" if res.get("error") else ""))
         out += [f"  report: {self.html_path}", f"  json:   {self.json_path}"]
         return out
 
@@ -80,7 +81,9 @@ def _validate(df: DataFrame, table: str, checks: list[suites.Check]):
 
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    batch = context.data_sources.add_spark("lake").add_dataframe_asset(table).add_batch_definition_whole_dataframe("rows")
+    # persist=False: caching the rows (body, header maps) costs more than reading the table again.
+    source = context.data_sources.add_spark("lake", persist=False)
+    batch = source.add_dataframe_asset(table).add_batch_definition_whole_dataframe("rows")
     suite = context.suites.add(gx.ExpectationSuite(name=f"msglake.{table}"))
     for check in checks:
         suite.add_expectation(suites.expectation(check))
@@ -105,6 +108,8 @@ def _plain(value):
 
 def _result_entry(check: suites.Check, res: dict, rows: int) -> dict:
     result = res.get("result") or {}
+    error = (res.get("exception_info") or {}).get("exception_message") if (
+        res.get("exception_info") or {}).get("raised_exception") else None
     samples = result.get("partial_unexpected_index_list") or []
     if not samples and result.get("partial_unexpected_list"):
         samples = [v if isinstance(v, dict) else {"value": v} for v in result["partial_unexpected_list"]]
@@ -112,6 +117,8 @@ def _result_entry(check: suites.Check, res: dict, rows: int) -> dict:
     unexpected = result.get("unexpected_count")
     if check.kind == "ExpectTableRowCountToBeBetween":
         unexpected = 0 if res["success"] else 1
+    if error is not None:
+        evaluated, unexpected = None, None
     return {
         "name": check.name,
         "expectation": res["expectation_config"]["type"],
@@ -120,9 +127,11 @@ def _result_entry(check: suites.Check, res: dict, rows: int) -> dict:
         "description": check.description,
         "success": bool(res["success"]),
         "evaluated": evaluated,
-        "unexpected": unexpected or 0,
+        "unexpected": unexpected if error is not None else unexpected or 0,
         "unexpectedPercent": round(float(result.get("unexpected_percent") or 0.0), 6),
         "samples": [{k: _plain(v) for k, v in s.items()} for s in samples[:SAMPLES]],
+        # The check could not be computed (great-expectations caught an exception): say why.
+        "error": error,
     }
 
 
@@ -137,7 +146,9 @@ def volume_over_time(df: DataFrame, time_column: str, label: str = "topic") -> d
     if bounds["lo"] is None:
         return {"buckets": [], "series": {}}
     width = _bucket_seconds(bounds["lo"], bounds["hi"])
-    bucket = F.timestamp_seconds(F.floor(F.unix_seconds(F.col(time_column)) / width) * width)
+    # Labels made by Spark in the session's time zone (UTC): collect() would give naive local times.
+    bucket = F.date_format(F.timestamp_seconds(F.floor(F.unix_seconds(F.col(time_column)) / width) * width),
+                           "yyyy-MM-dd'T'HH:mm'Z'")
     rows = df.groupBy(bucket.alias("bucket"), F.coalesce(F.col(label), F.lit("(none)")).alias("label")).count().collect()
     totals: dict[str, int] = {}
     for r in rows:
@@ -149,7 +160,7 @@ def volume_over_time(df: DataFrame, time_column: str, label: str = "topic") -> d
     for r in rows:
         name = r["label"] if r["label"] in series else "other"
         series.setdefault(name, [0] * len(buckets))[index[r["bucket"]]] += r["count"]
-    return {"buckets": [b.strftime("%Y-%m-%dT%H:%MZ") for b in buckets], "series": series, "bucketSeconds": width}
+    return {"buckets": buckets, "series": series, "bucketSeconds": width}
 
 
 def latency_histogram(df: DataFrame) -> dict:
@@ -197,7 +208,9 @@ def run_quality(spark: SparkSession, settings: Settings, table: str, since: dt.d
     prepared = suites.prepare(table, df, settings.quality.rule_context(settings.policies), levels)
     validation = _validate(prepared, table, checks).to_json_dict()
     rows = df.count()
-    results = [_result_entry(c, r, rows) for c, r in zip(checks, validation["results"])]
+    # great-expectations returns results grouped by column, not in suite order: match them by name.
+    by_name = {r["expectation_config"]["meta"]["name"]: r for r in validation["results"]}
+    results = [_result_entry(c, by_name[c.name], rows) for c in checks]
     failed = [r for r in results if not r["success"]]
     run_id = f"{evaluated_at.strftime('%Y%m%dT%H%M%S%fZ')}-{table}"
     out_dir = os.path.abspath(out_dir or settings.report_dir())

@@ -196,10 +196,10 @@ class DeltaSink:
                  F.min("storeTimestamp").alias("since"), *matched.values())
             .collect()
         ):
-            if row["kind"] in ("decoded", "held"):
-                for name in self.levels:
-                    if row[name]:
-                        counts.rule_hits[name] = counts.rule_hits.get(name, 0) + row[name]
+            for name, level in self.levels.items():
+                # A held row counts only for the rules that moved it, not as "kept" by a warn rule.
+                if row[name] and (row["kind"] == "decoded" or (row["kind"] == "held" and level != "warn")):
+                    counts.rule_hits[name] = counts.rule_hits.get(name, 0) + row[name]
             if row["kind"] == "decoded":
                 counts.messages, counts.message_bytes = row["rows"], int(row["bytes"] or 0)
                 since = row["since"]

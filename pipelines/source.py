@@ -194,16 +194,18 @@ def raw_record_reader(fmt: str, root: str, codec_options: dict):
     def read(batches):
         import pyarrow as pa
 
-        paths: dict[str, str] | None = None
+        paths: dict[tuple, str] | None = None
         for batch in batches:
             if paths is None:
+                # By topic and file name: a file name alone can repeat (a queue file misplaced in another topic).
                 scan = get_codec(fmt, **codec_options).scan(root)
-                paths = {os.path.basename(s.path): os.path.join(root, s.path) for s in scan.segments}
+                paths = {(s.topic, os.path.basename(s.path)): os.path.join(root, s.path) for s in scan.segments}
             raw, reasons = [], []
-            columns = batch.select(["segment", "segmentPosition", "recordLength", "reason"]).to_pydict()
-            for seg, pos, length, reason in zip(*columns.values()):
+            columns = batch.select(["topic", "segment", "segmentPosition", "recordLength", "reason"]).to_pydict()
+            for topic, seg, pos, length, reason in zip(*columns.values()):
                 try:
-                    with open(paths[seg], "rb") as f:
+                    # A CommitLog file holds every topic: its scan entry has no topic.
+                    with open(paths.get((topic, seg)) or paths[(None, seg)], "rb") as f:
                         f.seek(pos)
                         data = f.read(length)
                 except (KeyError, FileNotFoundError):

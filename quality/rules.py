@@ -57,11 +57,13 @@ class Rule:
 
 
 def _priority(ctx: RuleContext) -> Column:
-    # Topics whose policy sets maxPriority are AMQP style: 0..maxPriority is the valid range.
+    # Topics whose policy sets maxPriority are AMQP style: 0..maxPriority is the valid range, and
+    # only a priority the producer gave counts (a missing one is stored as the default 5).
     amqp_max = policy_value(ctx.policies, "maxPriority")
     low = F.when(amqp_max.isNull(), F.lit(MIN_PRIORITY)).otherwise(F.lit(0))
     high = F.coalesce(amqp_max, F.lit(MAX_PRIORITY))
-    bad = (F.col("priority") < low) | (F.col("priority") > high)
+    given = amqp_max.isNull() | F.col("headers")["priority"].isNotNull()
+    bad = given & ((F.col("priority") < low) | (F.col("priority") > high))
     return F.when(bad, F.format_string("priority %d outside %d..%d", F.col("priority"), low, high))
 
 

@@ -13,13 +13,14 @@ UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 1, tzinfo=UTC)
 COLS = ("case string, sourceFormat string, topic string, messageId string, uniqueId string, priority int, "
         "bornTimestamp timestamp, storeTimestamp timestamp, expireTime timestamp, delayTime bigint, "
-        "startDeliverTime timestamp, bodySize int")
+        "startDeliverTime timestamp, bodySize int, headers map<string,string>")
 RMQ_ID = "645100FA00002A9F000000489A3AA09E"  # the broker's own test vector (rocketmq-commitlog.md)
 
 
 def row(case, *, fmt="nsq_ext", topic="orders", mid="17", uid=None, priority=5, born=T0, store=T0, expire=None,
-        delay=None, start=None, body=100):
-    return (case, fmt, topic, mid, uid, priority, born, store, expire, delay, start, body)
+        delay=None, start=None, body=100, given=True):
+    headers = {"priority": str(priority)} if given else {}
+    return (case, fmt, topic, mid, uid, priority, born, store, expire, delay, start, body, headers)
 
 
 def ms(n):
@@ -34,6 +35,8 @@ CASES = {
     "prio-11": (row("prio-11", priority=11), "priority_range", "outside 1..10"),
     "prio-amqp-0": (row("prio-amqp-0", topic="amqp", priority=0), None, None),
     "prio-amqp-9": (row("prio-amqp-9", topic="amqp", priority=9), "priority_range", "priority 9 outside 0..8"),
+    # No priority header: stored as the default 5, which an AMQP topic with maxPriority 3 reads as 0.
+    "prio-amqp-missing": (row("prio-amqp-missing", topic="amqp3", given=False), None, None),
     "expire-eq-born": (row("expire-eq-born", expire=T0), "expire_before_born", "is not after bornTimestamp"),
     "expire-after": (row("expire-after", expire=T0 + ms(1)), None, None),
     "store-early": (row("store-early", born=T0 + ms(60_001)), "store_before_born",
@@ -66,7 +69,7 @@ CASES = {
 @pytest.fixture(scope="module")
 def checked(spark):
     settings = S.from_dict({
-        "policies": {"orders*": {"maxDelayMs": 3_600_000}, "amqp": {"maxPriority": 8}},
+        "policies": {"orders*": {"maxDelayMs": 3_600_000}, "amqp": {"maxPriority": 8}, "amqp3": {"maxPriority": 3}},
         "quality": {"maxMessageBytes": 1000},
     })
     ctx = settings.quality.rule_context(settings.policies)
