@@ -38,11 +38,18 @@ class GroundTruth:
     pending_bytes: int = 0
     #: Bytes that hold no record by design (RocketMQ end-of-file blanks and unwritten tails).
     padding_bytes: int = 0
+    #: Records that decode but that a quality rule at its default level moves to quarantine at
+    #: ingest (the codec itself returns them as messages).
+    held: list[ExpectedQuarantine] = field(default_factory=list)
     #: Messages that decode but break a warn-level quality rule (quality/rules.py) by default: rule -> count.
     warned: dict[str, int] = field(default_factory=dict)
 
     def warn(self, rule: str) -> None:
         self.warned[rule] = self.warned.get(rule, 0) + 1
+
+    def ingest_quarantine(self) -> list[ExpectedQuarantine]:
+        """What an ingest with the default quality rules puts in ``quarantine``."""
+        return self.quarantined + self.held
 
     def by_key(self) -> dict[tuple, Expected]:
         return {(m.topic, m.partition, m.segment, m.position): m for m in self.messages}
