@@ -537,8 +537,9 @@ def cmd_demo(args) -> int:
     print("\ntables (Delta, query with spark.sql after pipelines.session.build_session):")
     _print(f"  {name:<16} {path}" for name, path in tables.items())
     print(f"\nquality report (open in a browser, works offline): {quality.html_path}")
-    sample = ("SELECT topic, copies, ready, expired, deadLettered, dropped FROM v_backlog "
-              "WHERE asOf = (SELECT max(asOf) FROM v_backlog) ORDER BY copies DESC LIMIT 8")
+    sample = ("SELECT topic, sum(copies) AS copies, sum(ready) AS ready, sum(expired) AS expired, "
+              "sum(deadLettered) AS dead_lettered FROM v_backlog WHERE asOf = (SELECT max(asOf) FROM v_backlog) "
+              "GROUP BY topic ORDER BY copies DESC")
     print(f"sample query (views: v_messages, v_trace, v_dead_letters, v_backlog):\n  msglake sql \"{sample}\"")
     spark.sql(sample).show(truncate=False)
     return 0 if balanced and not quality.errors else 1
