@@ -38,6 +38,7 @@ test: setup
 	$(BIN)/python -m pytest
 
 bench: setup
+	$(BIN)/python benchmarks/suite.py
 	$(BIN)/python benchmarks/bench_ingest.py --format nsq-ext
 	$(BIN)/python benchmarks/bench_ingest.py --format rocketmq-commitlog
 	$(BIN)/python benchmarks/bench_stream.py

@@ -19,6 +19,43 @@ from results_file import write  # benchmarks/ is on sys.path when a script in it
 REPO = Path(__file__).resolve().parent.parent
 
 
+#: Segment / CommitLog file size of a generated data set: the broker's default.
+DEFAULT_SEGMENT_BYTES = {"nsq-ext": 100 << 20, "rocketmq-commitlog": 1 << 30}
+
+
+def ensure_data(fmt: str, data: Path, messages: int, segment_bytes: int | None = None) -> int:
+    """Generate ``messages`` messages of ``fmt`` under ``data`` once (no bad inputs), return the
+    messages (records) written. A ``.complete`` marker holding that count says the set is whole."""
+    from pipelines.cli import _generate
+
+    if not (data / ".complete").exists():
+        shutil.rmtree(data, ignore_errors=True)
+        t = time.monotonic()
+        truth = _generate(fmt, str(data), messages, segment_bytes=segment_bytes or DEFAULT_SEGMENT_BYTES[fmt],
+                          bad_inputs=False)
+        (data / ".complete").write_text(str(len(truth.messages)))
+        print(f"generated {len(truth.messages):,} messages in {time.monotonic() - t:.1f}s", flush=True)
+    return int((data / ".complete").read_text())
+
+
+def decode_pass(fmt: str, data: Path) -> tuple[int, int, float]:
+    """The codec as a Spark task runs it: scan, then decode every file chunk by chunk, keeping
+    nothing but counts (holding every row in memory would measure the allocator instead).
+
+    Returns (messages decoded, segment bytes that hold data, seconds)."""
+    from formats.registry import get_codec
+
+    t = time.monotonic()
+    codec = get_codec(fmt)
+    n_decoded = on_disk = 0
+    for seg in codec.scan(str(data)).segments:
+        for res in codec.decode(str(data), seg, 0, seg.committed_end):
+            n_decoded += res.batch.num_rows - res.batch.column("messageId").null_count
+            # Bytes that hold data (a pre-sized CommitLog's zero tail is not data).
+            on_disk += res.decoded_bytes + res.quarantined_bytes + res.padding_bytes
+    return n_decoded, on_disk, time.monotonic() - t
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--messages", type=int, default=1_000_000, help="messages in the data set (default 1,000,000)")
@@ -30,34 +67,13 @@ def main() -> int:
     p.add_argument("--decode-only", action="store_true", help="time the codec alone, skip the Spark ingest")
     args = p.parse_args()
 
-    from formats.registry import get_codec
     from pipelines import settings as S
-    from pipelines.cli import _generate
     from pipelines.ingest import ingest
     from pipelines.session import build_session
 
-    default_size = {"nsq-ext": 100 << 20, "rocketmq-commitlog": 1 << 30}[args.format]
     data = REPO / "bench-data" / f"{args.format}-{args.messages}"
-    if not (data / ".complete").exists():
-        shutil.rmtree(data, ignore_errors=True)
-        t = time.monotonic()
-        truth = _generate(args.format, str(data), args.messages, segment_bytes=args.segment_bytes or default_size,
-                          bad_inputs=False)
-        (data / ".complete").write_text(str(len(truth.messages)))
-        print(f"generated {len(truth.messages):,} messages in {time.monotonic() - t:.1f}s", flush=True)
-    expected = int((data / ".complete").read_text())
-
-    # The codec as a Spark task runs it: scan, then decode every file chunk by chunk, keeping
-    # nothing but counts (holding every row in memory would measure the allocator instead).
-    t = time.monotonic()
-    codec = get_codec(args.format)
-    n_decoded = on_disk = 0
-    for seg in codec.scan(str(data)).segments:
-        for res in codec.decode(str(data), seg, 0, seg.committed_end):
-            n_decoded += res.batch.num_rows - res.batch.column("messageId").null_count
-            # Bytes that hold data (a pre-sized CommitLog's zero tail is not data).
-            on_disk += res.decoded_bytes + res.quarantined_bytes + res.padding_bytes
-    decode_s = time.monotonic() - t
+    expected = ensure_data(args.format, data, args.messages, args.segment_bytes)
+    n_decoded, on_disk, decode_s = decode_pass(args.format, data)
     assert n_decoded == expected, (n_decoded, expected)
     print(f"decode only (1 core, no Spark): {n_decoded:,} messages in {decode_s:.1f}s = {n_decoded / decode_s:,.0f} "
           f"msg/s, {on_disk / decode_s / 1e6:,.1f} MB/s", flush=True)
