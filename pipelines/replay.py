@@ -22,7 +22,7 @@ import yaml
 from pyspark.sql import DataFrame, SparkSession, functions as F
 
 from pipelines.catalog import ensure_table, register_tables
-from pipelines.settings import Settings, SettingsError
+from pipelines.settings import Settings, SettingsError, policy_dicts
 from schemas import MESSAGE_SCHEMA
 from schemas.semantics import (
     CONSUMER_EVENT_FIELDS,
@@ -83,11 +83,11 @@ def load_policies(path: str) -> dict[str, dict]:
     if not isinstance(doc, dict):
         raise SettingsError(f"{path}: expected a mapping of topic pattern -> policy")
     doc = doc.get("policies", doc) if "policies" in doc else doc
-    return {k: v.model_dump() for k, v in from_dict({"policies": doc}, path).policies.items()}
+    return policy_dicts(from_dict({"policies": doc}, path).policies)
 
 
 def policies_of(settings: Settings) -> dict[str, dict]:
-    return {k: v.model_dump() for k, v in settings.policies.items()}
+    return policy_dicts(settings.policies)
 
 
 def read_consumer_events(spark: SparkSession, paths: list[str]) -> Loaded:

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, functions as F
 from pipelines import checkpoint as cp
 from pipelines.catalog import ensure_table
 from pipelines.ingest import _wait
-from pipelines.settings import Settings
+from pipelines.settings import Settings, policy_dicts
 from schemas import MESSAGES_TABLE
 from schemas.semantics import DEAD_LETTERS_TABLE, MESSAGE_EVENTS_TABLE
 from transforms.lifecycle import DEFAULT_MAX_HOPS, HISTORY_TYPE, conform, copy_columns, is_lineage_topic
@@ -47,7 +47,7 @@ class SemanticsSummary:
 
 def stream_input(spark, settings: Settings) -> DataFrame:
     """The messages table as a stream of hop-0 copies, in the processor's input shape."""
-    policies = {k: v.model_dump() for k, v in settings.policies.items()}
+    policies = policy_dicts(settings.policies)
     m = conform(spark.readStream.format("delta").load(settings.lake.table_path(MESSAGES_TABLE.name)))
     m = m.where(~F.coalesce(F.col("systemCopy"), F.lit(False)) & F.col("retryOf").isNull()
                 & ~is_lineage_topic(F.col("topic")))
@@ -101,7 +101,7 @@ def run(spark, settings: Settings, *, available_now: bool = True, interval: str 
     messages = settings.lake.table_path(MESSAGES_TABLE.name)
     ensure_table(spark, settings, MESSAGES_TABLE)
     tables = {spec.name: ensure_table(spark, settings, spec) for spec in (MESSAGE_EVENTS_TABLE, DEAD_LETTERS_TABLE)}
-    policies = {k: v.model_dump() for k, v in settings.policies.items()}
+    policies = policy_dicts(settings.policies)
     # A dead-letter topic exists when the lake holds messages of it or a policy names it exactly
     # (as in a replay); the list is taken when the stream starts.
     topics = sorted({r.topic for r in spark.read.format("delta").load(messages).select("topic").distinct().collect()}

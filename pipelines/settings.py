@@ -131,6 +131,11 @@ class TopicPolicy(_Strict):
     expiryAtHeadOnly: bool = False
 
 
+def policy_dicts(policies: dict[str, TopicPolicy]) -> dict[str, dict]:
+    """Topic policies as the plain mappings the transforms take (pattern -> policy fields)."""
+    return {k: v.model_dump() for k, v in policies.items()}
+
+
 def _rule_levels_model():
     """``quality.rules``: one optional field per rule of quality/rules.py, so an unknown rule name
     or level fails like any other key."""
@@ -159,7 +164,7 @@ class QualitySettings(_Strict):
     def rule_context(self, policies: dict[str, TopicPolicy]):
         from quality.rules import RuleContext
 
-        return RuleContext({k: v.model_dump() for k, v in policies.items()}, self.maxMessageBytes, self.clockSkewMs)
+        return RuleContext(policy_dicts(policies), self.maxMessageBytes, self.clockSkewMs)
 
     def levels(self) -> dict[str, str]:
         return self.rules.model_dump()
