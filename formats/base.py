@@ -161,6 +161,11 @@ def be_int(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
     return raw.view(f">i{width}").reshape(-1).astype(np.int64)
 
 
+def constant(value, n: int, typ: pa.DataType = pa.string()) -> pa.Array:
+    """``n`` copies of one value (null if None), without a Python list of ``n`` items."""
+    return pa.repeat(pa.scalar(value, typ), n)
+
+
 def scatter(arr: pa.Array, where: np.ndarray, n: int) -> pa.Array:
     """Spread ``arr`` (one value per row in ``where``) over ``n`` rows, null elsewhere."""
     if len(where) == n:

@@ -7,8 +7,9 @@ Layout of one record::
                                                   # len+data only when ver != 0
 
 Framing (the chain of length prefixes) is walked record by record, as it must be; every
-field is then read for all records of a chunk at once with NumPy, and only JSON headers are
-parsed per record (orjson).
+field is then read for all records of a chunk at once with NumPy. JSON headers are parsed
+one by one (orjson, mapped over the chunk in one call) and turned into columns for the whole
+chunk at once (:mod:`formats.nsq_headers`); version-2 tags are checked with Arrow kernels.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from formats.base import (
     be_uint,
     binary_array,
     concat_batches,
+    constant,
     gather_slices,
     scatter,
     shrink_loss,
@@ -80,25 +82,26 @@ def frame(buf, start: int, end: int) -> Framing:
     ([0], 5, 'incomplete')
     """
     positions: list[int] = []
-    lengths: list[int] = []
+    append = positions.append
     unpack = _LEN.unpack_from
-    pos = start
+    pos, last = start, end - 4
     kind, bad = "end", 0
-    while pos < end:
-        if pos + 4 > end:
+    # The fewest Python steps per record: the one hot loop of the decoder.
+    while pos <= last:
+        n = unpack(buf, pos)[0]
+        nxt = pos + 4 + n
+        if 0 < n <= MAX_POSSIBLE_MSG_SIZE and nxt <= end:
+            append(pos)
+            pos = nxt
+            continue
+        kind, bad = ("broken", n) if n <= 0 or n > MAX_POSSIBLE_MSG_SIZE else ("incomplete", n)
+        break
+    else:
+        if pos < end:  # a cut length prefix
             kind = "incomplete"
-            break
-        (n,) = unpack(buf, pos)
-        if n <= 0 or n > MAX_POSSIBLE_MSG_SIZE:
-            kind, bad = "broken", n
-            break
-        if pos + 4 + n > end:
-            kind, bad = "incomplete", n
-            break
-        positions.append(pos)
-        lengths.append(n)
-        pos += 4 + n
-    return Framing(np.asarray(positions, np.int64), np.asarray(lengths, np.int64), pos, kind, bad)
+    at = np.asarray(positions, np.int64)
+    lengths = np.diff(at, append=pos) - 4 if len(at) else np.zeros(0, np.int64)
+    return Framing(at, lengths, pos, kind, bad)
 
 
 def last_boundary(path: str, start: int, end: int) -> tuple[int, str]:
@@ -198,26 +201,32 @@ def decode_chunk(
     body_start = np.where(has_len, ext_start + ext_len, np.where(ok & ext, s + HEADER_SIZE + 1, s + HEADER_SIZE))
 
     # Ext data: JSON headers (version 4) and tags (version 2), parsed where present.
-    docs: list[dict] = []
-    doc_rows: list[int] = []
-    tags_v2: list[str | None] = []
-    tag_rows: list[int] = []
-    for i in np.flatnonzero(has_len).tolist():
-        data = buf[ext_start[i] : ext_start[i] + ext_len[i]].tobytes()
-        if ver[i] == JSON_HEADER_EXT_VER:
+    with_ext = np.flatnonzero(has_len)
+    json_rows = with_ext[ver[with_ext] == JSON_HEADER_EXT_VER]
+    raw = buf.tobytes()
+    a, b = ext_start[json_rows].tolist(), (ext_start + ext_len)[json_rows].tolist()
+    docs, accepted, refused = H.load_headers(list(map(raw.__getitem__, map(slice, a, b))))
+    for j, why in refused.items():
+        reason[json_rows[j]] = why
+    ok[json_rows[list(refused)]] = False
+    doc_rows = json_rows[accepted]
+    tag_rows = with_ext[ver[with_ext] == TAG_EXT_VER]
+    tags_v2 = binary_array(*gather_slices(buf, ext_start[tag_rows], (ext_start + ext_len)[tag_rows]))
+    try:
+        tags_v2 = tags_v2.cast(pa.string())
+    except pa.ArrowInvalid:  # some tag is not UTF-8: find which, record by record
+        texts = []
+        for j, data in enumerate(tags_v2.to_pylist()):
             try:
-                docs.append(H.load_header(data))
-                doc_rows.append(i)
-            except H.HeaderError as e:
-                reason[i] = str(e)
-                ok[i] = False
-        else:
-            try:
-                tags_v2.append(data.decode("utf-8") or None)
-                tag_rows.append(i)
+                texts.append(data.decode("utf-8"))
             except UnicodeDecodeError:
-                reason[i] = "version-2 tag is not UTF-8"
-                ok[i] = False
+                texts.append(None)
+                reason[tag_rows[j]] = "version-2 tag is not UTF-8"
+                ok[tag_rows[j]] = False
+        tags_v2 = pa.array(texts, pa.string())
+        tag_rows = tag_rows[pc.is_valid(tags_v2).to_numpy(zero_copy_only=False)]
+        tags_v2 = tags_v2.drop_null()
+    tags_v2 = pc.if_else(pc.equal(pc.binary_length(tags_v2), 0), pa.scalar(None, pa.string()), tags_v2)
 
     for i in np.flatnonzero(~ok).tolist():
         p = int(pos[i])
@@ -233,12 +242,7 @@ def decode_chunk(
     doc_where = row_index[np.asarray(doc_rows, np.int64)]
     tag_where = row_index[np.asarray(tag_rows, np.int64)]
 
-    hc = H.header_columns(docs)
-    columns = {k: scatter(v, doc_where, m) for k, v in hc.items() if k not in ("headers", "properties")}
-    if len(docs) == m:
-        columns["headers"], columns["properties"] = hc["headers"], hc["properties"]
-    else:
-        columns["headers"], columns["properties"] = _scatter_maps(hc, doc_where, m)
+    columns = H.header_columns(docs, doc_where, m)
     columns["priority"] = pc.fill_null(columns["priority"], DEFAULT_PRIORITY)
     columns["durability"] = pc.fill_null(columns["durability"], 0)
     # traceId: the header's (traceId, else ##trace_id), else the record's trace half when set.
@@ -246,23 +250,23 @@ def decode_chunk(
     columns["traceId"] = pc.coalesce(
         columns["traceId"], pa.array(trace_rows, pa.uint64(), mask=trace_rows == 0).cast(pa.string())
     )
-    columns["tags"] = pc.coalesce(columns["tags"], scatter(pa.array(tags_v2, pa.string()), tag_where, m))
+    columns["tags"] = pc.coalesce(columns["tags"], scatter(tags_v2, tag_where, m))
 
     body_off, body_data = gather_slices(buf, body_start[rows], rec_end[rows])
     positions = base + pos[rows]
     columns.update(
         {
-            "topic": pa.array([seg.topic] * m, pa.string()),
+            "topic": constant(seg.topic, m),
             "partition": pa.array(np.full(m, seg.partition, np.int32)),
-            "sourceFormat": pa.array([SOURCE_FORMAT] * m, pa.string()),
-            "segment": pa.array([seg.segment] * m, pa.string()),
+            "sourceFormat": constant(SOURCE_FORMAT, m),
+            "segment": constant(seg.segment, m),
             "segmentPosition": pa.array(positions),
             "queueOffset": pa.array(positions + seg.start_virtual)
             if seg.start_virtual is not None
             else pa.nulls(m, pa.int64()),
             "messageId": pa.array(msg_id[rows], pa.uint64()).cast(pa.string()),
             "storeTimestamp": pa.array(ts_ns[rows] // 1000, pa.int64()).cast(TS),
-            "storeHost": pa.array([store_host] * m, pa.string()),
+            "storeHost": constant(store_host, m),
             "deliveryCount": pa.array(attempts[rows].astype(np.int32)),
             "body": binary_array(body_off, body_data),
             "bodySize": pa.array(np.diff(body_off).astype(np.int32)),
@@ -271,19 +275,6 @@ def decode_chunk(
         }
     )
     return ChunkDecode(source_batch(columns, m), int((n[rows] + 4).sum()))
-
-
-def _scatter_maps(hc: dict, where: np.ndarray, m: int) -> tuple[pa.Array, pa.Array]:
-    """Header maps over all decoded rows: the parsed ones where headers were, empty elsewhere."""
-    out = []
-    for name in ("headers", "properties"):
-        maps = hc[name]
-        counts = np.zeros(m, np.int64)
-        counts[where] = np.diff(maps.offsets.to_numpy())
-        offsets = np.zeros(m + 1, np.int32)
-        np.cumsum(counts, out=offsets[1:])
-        out.append(pa.MapArray.from_arrays(pa.array(offsets), maps.keys, maps.items))
-    return out[0], out[1]
 
 
 class NsqExtCodec:

@@ -1,12 +1,17 @@
 """JSON ext headers of NSQ records -> unified-schema columns, column by column.
 
-Headers are parsed per record (orjson), then every column is built for all headers of a
-chunk at once: one list comprehension per key and Arrow kernels, with a slower exact path
-only for a column whose values are not already of the expected JSON type.
+Headers are parsed per record (orjson; :func:`load_headers` maps the parser over a whole
+chunk). Every (key, value) pair of a chunk is then flattened once, with C-level iterators,
+into one key list and one value list; the ``headers`` and ``properties`` maps and every
+column are cut from those with NumPy and Arrow kernels. Per-value Python runs only for the
+values whose JSON type needs the exact rules (a float or a string in an integer column, a
+list in ``keys``, a compression code, a float or nested value as text).
 """
 from __future__ import annotations
 
 import json
+from itertools import chain, compress, count, repeat
+from operator import methodcaller
 
 import numpy as np
 import orjson
@@ -66,6 +71,64 @@ def load_header(raw: bytes) -> dict:
     return doc
 
 
+#: JSON types of header values, as :func:`_type_codes` numbers them (orjson gives no others
+#: apart from lists, objects and floats, which are all ``_OTHER``).
+_STR, _INT, _BOOL, _NULL, _OTHER = range(5)
+_TYPE_CODES = {str: _STR, int: _INT, bool: _BOOL, type(None): _NULL}
+_trace_of = methodcaller("get", TRACE_KEY)
+
+
+def load_headers(raws: list[bytes]) -> tuple[list[dict], list[int], dict[int, str]]:
+    """Parse the headers of a chunk: (accepted headers, their indices in ``raws``, reason per refused index).
+
+    The verdicts and reasons are those of :func:`load_header` on each header. The parser is
+    mapped over all headers in one call and the ``##trace_id`` rule checked with Arrow
+    kernels; a chunk with a header that is not a JSON object, or trace ids that are not all
+    strings, goes through :func:`load_header` header by header instead.
+
+    Examples
+    --------
+    >>> docs, where, bad = load_headers([b'{"a":1}', b'[1]', b'{"##trace_id":"x"}'])
+    >>> docs, where, bad
+    ([{'a': 1}], [0], {1: 'ext header is JSON but not an object (list)', 2: "##trace_id must be a decimal uint64 string, got 'x'"})
+    """
+    try:
+        docs = list(map(orjson.loads, raws))
+    except orjson.JSONDecodeError:
+        return _load_each(raws)
+    if set(map(type, docs)) - {dict}:
+        return _load_each(raws)
+    traces = list(map(_trace_of, docs))
+    try:
+        arr = pa.array(traces)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # not all strings (or null)
+        return _load_each(raws)
+    if arr.type == pa.null() or arr.null_count == len(arr):
+        return docs, list(range(len(docs))), {}
+    if arr.type != pa.string():
+        return _load_each(raws)
+    ok = pc.fill_null(pc.match_substring_regex(arr, "^[0-9]+$"), True).to_numpy(zero_copy_only=False)
+    long = pc.fill_null(pc.greater(pc.binary_length(arr), 19), False).to_numpy(zero_copy_only=False)
+    for i in np.flatnonzero(ok & long).tolist():  # 20+ digits: may be past uint64
+        ok[i] = int(traces[i]) <= _INT64[1] * 2 + 1
+    if ok.all():
+        return docs, list(range(len(docs))), {}
+    bad = {i: f"{TRACE_KEY} must be a decimal uint64 string, got {traces[i]!r}" for i in np.flatnonzero(~ok).tolist()}
+    where = np.flatnonzero(ok).tolist()
+    return [docs[i] for i in where], where, bad
+
+
+def _load_each(raws: list[bytes]) -> tuple[list[dict], list[int], dict[int, str]]:
+    docs, where, bad = [], [], {}
+    for i, raw in enumerate(raws):
+        try:
+            docs.append(load_header(raw))
+            where.append(i)
+        except HeaderError as e:
+            bad[i] = str(e)
+    return docs, where, bad
+
+
 def as_text(v) -> str:
     """A header value as text: strings as they are, anything else as compact JSON."""
     if isinstance(v, str):
@@ -99,33 +162,147 @@ def _as_keys(v) -> list[str] | None:
     return None
 
 
-def _text_column(values: list) -> pa.Array:
-    try:
-        arr = pa.array(values)
-        if arr.type in (pa.string(), pa.null()):
-            return arr.cast(pa.string())
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # e.g. an integer past int64
-        pass
-    return pa.array([None if v is None else as_text(v) for v in values], pa.string())
+def _type_codes(values: list) -> np.ndarray:
+    """The JSON type (``_STR`` ... ``_OTHER``) of each value."""
+    return np.fromiter(map(_TYPE_CODES.get, map(type, values), repeat(_OTHER)), np.int8, len(values))
 
 
-def _int_column(values: list, lo: int, hi: int) -> pa.Array:
-    """int64 column; values that are not integers (or integral strings) or out of range become null."""
-    try:
-        arr = pa.array(values)
-        fast = arr.type in (pa.int64(), pa.null())
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        fast = False
-    if not fast:
-        exact = [_as_int(v) for v in values]
-        arr = pa.array([i if i is not None and lo <= i <= hi else None for i in exact], pa.int64())
-    arr = arr.cast(pa.int64())
-    out_of_range = pc.or_(pc.less(arr, lo), pc.greater(arr, hi))
-    return pc.if_else(out_of_range, pa.scalar(None, pa.int64()), arr)
+def _pick(values: list, idx: np.ndarray) -> list:
+    return list(map(values.__getitem__, idx.tolist()))
 
 
-def header_columns(docs: list[dict]) -> dict[str, pa.Array]:
+def _strings(values: list) -> pa.Array:
+    # Without a type, pa.array converts a list of str several times faster than with one.
+    arr = pa.array(values) if values else pa.array([], pa.string())
+    return arr if arr.type == pa.string() else arr.cast(pa.string())
+
+
+def _texts(values: list, types: np.ndarray) -> pa.Array:
+    """Every value as :func:`as_text` writes it: strings as they are, others as compact JSON."""
+    is_str = types == _STR
+    if is_str.all():
+        return _strings(values)
+    # Strings in one pass over all values; the other types (a few per header) grouped after.
+    parts = [_strings(list(compress(values, is_str.tolist())))]
+    at = np.flatnonzero(~is_str)
+    others, other_types = _pick(values, at), types[at]
+    for code in (_INT, _BOOL, _NULL, _OTHER):
+        group = list(compress(others, (other_types == code).tolist()))
+        if code == _INT:
+            try:  # an integer's JSON is its decimal digits, as Arrow's cast writes them
+                parts.append(pa.array(group, pa.int64()).cast(pa.string()))
+            except (OverflowError, pa.ArrowInvalid):  # past int64
+                parts.append(pa.array(list(map(str, group)), pa.string()))
+        elif code == _BOOL:
+            parts.append(pa.array(group, pa.bool_()).cast(pa.string()))  # "true" / "false"
+        elif code == _NULL:
+            parts.append(pa.array(["null"] * len(group), pa.string()))
+        else:
+            parts.append(pa.array([as_text(v) for v in group], pa.string()))
+    order = np.argsort(types, kind="stable")  # where each value sits in the concatenated groups
+    back = np.empty(len(order), np.int64)
+    back[order] = np.arange(len(order))
+    return pa.concat_arrays(parts).take(pa.array(back))
+
+
+class _Flat:
+    """Every (key, value) pair of a chunk's headers, in header order, and where each key is.
+
+    Columns have ``n`` rows, header ``i`` on row ``rows[i]`` (by default one row per header).
+    """
+
+    def __init__(self, docs: list[dict], rows: np.ndarray | None = None, n: int | None = None):
+        self.n = len(docs) if n is None else n
+        counts = np.fromiter(map(len, docs), np.int64, len(docs))
+        if rows is None:
+            self.counts = counts
+        else:
+            self.counts = np.zeros(self.n, np.int64)
+            self.counts[rows] = counts
+        keys = list(chain.from_iterable(docs))
+        self.values = list(chain.from_iterable(map(dict.values, docs)))
+        # Distinct keys: setdefault leaves each key at the index of its first occurrence.
+        first: dict[str, int] = {}
+        at_first = np.fromiter(map(first.setdefault, keys, count()), np.int64, len(keys))
+        self.names = list(first)
+        self.code = np.searchsorted(np.fromiter(first.values(), np.int64, len(first)), at_first)
+        self.code_of = {k: i for i, k in enumerate(self.names)}
+        self.row = np.repeat(np.arange(self.n), self.counts)  # of each pair
+        self.types = _type_codes(self.values)
+        self.keys = pa.array(self.names, pa.string()).take(pa.array(self.code))
+        self.texts = _texts(self.values, self.types)
+
+    def entries(self, key: str) -> np.ndarray:
+        """Indices of the pairs whose key is ``key`` (at most one per header)."""
+        code = self.code_of.get(key)
+        return np.zeros(0, np.int64) if code is None else np.flatnonzero(self.code == code)
+
+    def spread(self, arr: pa.Array, at: np.ndarray, src: np.ndarray | None = None) -> pa.Array:
+        """``arr[src]`` (one value per pair in ``at``; all of ``arr`` by default) over all headers,
+        null where the key is absent."""
+        idx = np.zeros(self.n, np.int64)
+        idx[self.row[at]] = np.arange(len(at)) if src is None else src
+        missing = np.ones(self.n, np.bool_)
+        missing[self.row[at]] = False
+        return arr.take(pa.array(idx, mask=missing))
+
+    def text(self, key: str) -> pa.Array:
+        """Column of ``key`` as text (:func:`as_text`); null where absent or JSON null."""
+        at = self.entries(key)
+        at = at[self.types[at] != _NULL]
+        return self.spread(self.texts, at, at) if len(at) else pa.nulls(self.n, pa.string())
+
+    def integer(self, key: str, lo: int, hi: int) -> pa.Array:
+        """int64 column of ``key``: integers and integral strings or floats within ``[lo, hi]``; else null."""
+        at = self.entries(key)
+        if len(at) == 0:
+            return pa.nulls(self.n, pa.int64())
+        values = _pick(self.values, at)
+        arr = None
+        if np.isin(self.types[at], (_INT, _NULL)).all():
+            try:
+                arr = pa.array(values, pa.int64())
+            except (OverflowError, pa.ArrowInvalid):  # past int64: out of range anyway
+                pass
+        if arr is None:
+            exact = [_as_int(v) for v in values]
+            arr = pa.array([i if i is not None and lo <= i <= hi else None for i in exact], pa.int64())
+        out_of_range = pc.or_(pc.less(arr, lo), pc.greater(arr, hi))
+        return self.spread(pc.if_else(out_of_range, pa.scalar(None, pa.int64()), arr), np.asarray(at))
+
+    def keys_column(self, key: str) -> pa.Array:
+        """``keys``: a string split on spaces (empty pieces left out), a list as text; else null."""
+        at = self.entries(key)
+        typ = pa.list_(pa.string())
+        if len(at) == 0:
+            return pa.nulls(self.n, typ)
+        if not (self.types[at] == _STR).all():
+            return self.spread(pa.array([_as_keys(v) for v in _pick(self.values, at)], typ), at)
+        pieces = pc.split_pattern(self.texts.take(pa.array(at)), " ")
+        flat = pc.list_flatten(pieces)
+        keep = pc.greater(pc.binary_length(flat), 0).to_numpy(zero_copy_only=False)
+        counts = np.bincount(pc.list_parent_indices(pieces).to_numpy()[keep], minlength=len(at))
+        offsets = np.zeros(len(at) + 1, np.int32)
+        np.cumsum(counts, out=offsets[1:])
+        return self.spread(pa.ListArray.from_arrays(pa.array(offsets), flat.filter(pa.array(keep))), at)
+
+    def mapped(self, key: str, fn, typ: pa.DataType) -> pa.Array:
+        """``fn`` of each present value (Python, for keys that are rare or need exact rules)."""
+        at = self.entries(key)
+        if len(at) == 0:
+            return pa.nulls(self.n, typ)
+        return self.spread(pa.array([fn(v) for v in _pick(self.values, at)], typ), at)
+
+
+def _compression(c) -> str | None:
+    return None if c is None else COMPRESSION_CODECS.get(as_text(c), f"unknown:{as_text(c)}")
+
+
+def header_columns(docs: list[dict], rows: np.ndarray | None = None, n: int | None = None) -> dict[str, pa.Array]:
     """Columns of the unified schema from parsed headers, one row per header.
+
+    With ``rows`` and ``n``, the columns have ``n`` rows and header ``i`` is on row
+    ``rows[i]`` (increasing); the other rows are null, with empty maps.
 
     ``traceId`` is the header ``traceId``, else ``##trace_id``; ``messageKey`` is
     ``messageKey``, else ``shardingKey``; ``tags`` is ``##client_dispatch_tag``. Values of the
@@ -137,39 +314,27 @@ def header_columns(docs: list[dict]) -> dict[str, pa.Array]:
     >>> cols["traceId"].to_pylist(), cols["priority"].to_pylist(), cols["properties"].to_pylist()
     (['7', None], [9, None], [[('app', 'x')], []])
     """
+    f = _Flat(docs, rows, n)
     col = {}
-
-    def get(key: str) -> list:
-        return [d.get(key) for d in docs]
-
     for key in _TS_HEADERS:
-        col[key] = pc.multiply(_int_column(get(key), 0, _MAX_MS), 1000).cast(TS)
+        col[key] = pc.multiply(f.integer(key, 0, _MAX_MS), 1000).cast(TS)
     for key in _STR_HEADERS:
-        col[key] = _text_column(get(key))
-    col["priority"] = _int_column(get("priority"), *_INT32).cast(pa.int32())
-    col["durability"] = _int_column(get("durability"), *_INT32).cast(pa.int32())
-    col["delayTime"] = _int_column(get("delayTime"), *_INT64)
-    col["traceId"] = pc.coalesce(_text_column(get("traceId")), _text_column(get(TRACE_KEY)))
-    col["messageKey"] = pc.coalesce(_text_column(get("messageKey")), _text_column(get("shardingKey")))
-    col["tags"] = _text_column(get(TAG_KEY))
-    col["keys"] = pa.array([None if v is None else _as_keys(v) for v in get("keys")], pa.list_(pa.string()))
-    codes = get(COMPRESS_KEY)
-    col["compression"] = pa.array(
-        [None if c is None else COMPRESSION_CODECS.get(as_text(c), f"unknown:{as_text(c)}") for c in codes], pa.string()
-    )
+        col[key] = f.text(key)
+    col["priority"] = f.integer("priority", *_INT32).cast(pa.int32())
+    col["durability"] = f.integer("durability", *_INT32).cast(pa.int32())
+    col["delayTime"] = f.integer("delayTime", *_INT64)
+    col["traceId"] = pc.coalesce(f.text("traceId"), f.text(TRACE_KEY))
+    col["messageKey"] = pc.coalesce(f.text("messageKey"), f.text("shardingKey"))
+    col["tags"] = f.text(TAG_KEY)
+    col["keys"] = f.keys_column("keys")
+    col["compression"] = f.mapped(COMPRESS_KEY, _compression, pa.string())
 
-    counts = np.fromiter((len(d) for d in docs), np.int64, len(docs))
-    keys = pa.array([k for d in docs for k in d], pa.string())
-    values = pa.array([v if type(v) is str else as_text(v) for d in docs for v in d.values()], pa.string())
-    col["headers"] = _maps(counts, keys, values)
-    reserved = pc.or_(
-        pc.is_in(keys, value_set=pa.array(sorted(COLUMN_HEADERS), pa.string())),
-        pc.or_(*(pc.starts_with(keys, p) for p in RESERVED_PREFIXES)),
-    )
-    is_property = pc.invert(reserved).to_numpy(zero_copy_only=False)
-    row_of_key = np.repeat(np.arange(len(docs)), counts)
-    prop_counts = np.bincount(row_of_key[is_property], minlength=len(docs))
-    col["properties"] = _maps(prop_counts, keys.filter(pa.array(is_property)), values.filter(pa.array(is_property)))
+    col["headers"] = _maps(f.counts, f.keys, f.texts)
+    reserved = np.array([k in COLUMN_HEADERS or k.startswith(RESERVED_PREFIXES) for k in f.names], np.bool_)
+    is_property = ~reserved[f.code] if len(f.names) else np.zeros(0, np.bool_)
+    prop_counts = np.bincount(f.row[is_property], minlength=f.n)
+    keep = pa.array(is_property)
+    col["properties"] = _maps(prop_counts, f.keys.filter(keep), f.texts.filter(keep))
     return col
 
 
