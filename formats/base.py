@@ -120,8 +120,9 @@ def gather_slices(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tupl
     total = int(offsets[-1]) if len(starts) else 0
     if total == 0:
         return offsets, np.zeros(0, dtype=np.uint8)
-    if total * 4 < len(buf):
-        # Few bytes out of a large buffer (topics, properties): index only the bytes taken.
+    if total * 4 < len(buf) and total < 32 * len(starts):
+        # Few short slices out of a large buffer (topics): index only the bytes taken. The
+        # index costs 16 bytes per byte taken, so longer slices (properties) take the mask.
         shift = np.repeat(starts - offsets[:-1], lengths)
         return offsets, buf[np.arange(total) + shift]
     # A keep-mask built from run lengths: (gap, slice) pairs, then the tail after the last slice.

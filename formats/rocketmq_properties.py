@@ -9,14 +9,13 @@ is reported as bad (the broker's parser would drop the piece silently).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from formats.base import scatter
 from formats.rocketmq_layout import CRC32_KEY, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, RESERVED_KEYS
 
 
@@ -33,13 +32,27 @@ class Properties:
     codes: np.ndarray  # of each kept key in ``names``
     names: dict[str, int]  # distinct key -> code
 
+    #: Columns already taken by :meth:`get` (the decoder asks for some names twice).
+    taken: dict[str, pa.Array] = field(default_factory=dict, repr=False, compare=False)
+
     def get(self, name: str) -> pa.Array:
         """The value of property ``name`` for every record (null where absent)."""
+        got = self.taken.get(name)
+        if got is not None:
+            return got
         code = self.names.get(name)
         if code is None:
-            return pa.nulls(self.n, pa.string())
-        mask = self.codes == code
-        return scatter(self.values.filter(mask), self.rows[mask], self.n)
+            got = pa.nulls(self.n, pa.string())
+        else:
+            # One take straight from the entries (a name appears at most once per record).
+            at = np.flatnonzero(self.codes == code)
+            idx = np.zeros(self.n, np.int64)
+            idx[self.rows[at]] = at
+            missing = np.ones(self.n, np.bool_)
+            missing[self.rows[at]] = False
+            got = self.values.take(pa.array(idx, mask=missing))
+        self.taken[name] = got
+        return got
 
     def maps(self) -> tuple[pa.MapArray, pa.MapArray]:
         """(``headers``: every property, ``properties``: the user ones) as map columns."""

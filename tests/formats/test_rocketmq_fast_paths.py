@@ -82,3 +82,31 @@ def test_body_crc_mismatches_are_found_among_many_records(tmp_path):
     assert [p for p, _ in reasons] == [placed[3].position, placed[77].position]
     assert all(r.startswith("BODYCRC mismatch: stored 7, the body's CRC32 is ") for _, r in reasons)
     assert decode_root(RocketMqCommitLogCodec(verify_crc=False), root).messages.num_rows == 120
+
+
+def test_gather_slices_takes_the_same_bytes_whatever_the_path():
+    import numpy as np
+
+    from formats.base import gather_slices
+
+    rng = np.random.default_rng(3)
+    buf = rng.integers(0, 256, 1 << 16).astype(np.uint8)
+    for width in (3, 40, 300):  # short slices (index), longer ones (mask), most of the buffer (mask)
+        starts = np.sort(rng.choice(np.arange(0, len(buf) - 400, 400), 100, replace=False))
+        ends = starts + rng.integers(0, width, len(starts))
+        offsets, data = gather_slices(buf, starts, ends)
+        assert data.tobytes() == b"".join(buf[a:b].tobytes() for a, b in zip(starts, ends))
+        assert offsets.tolist() == np.concatenate(([0], np.cumsum(ends - starts))).tolist()
+
+
+def test_property_columns_are_taken_once_and_match_the_entries():
+    import pyarrow as pa
+
+    from formats.rocketmq_properties import parse
+
+    texts = pa.array(["TAGS\x01a\x02KEYS\x01k1 k2\x02TAGS\x01b", None, "KEYS\x01z", "x\x01\x02\x01y"])
+    p = parse(texts)
+    assert p.get("TAGS").to_pylist() == ["b", None, None, None]
+    assert p.get("KEYS").to_pylist() == ["k1 k2", None, "z", None]
+    assert p.get("x").to_pylist() == [None] * 4 and p.get("nope").to_pylist() == [None] * 4
+    assert p.get("TAGS") is p.get("TAGS")
