@@ -203,7 +203,8 @@ def decode_chunk(
     # Ext data: JSON headers (version 4) and tags (version 2), parsed where present.
     with_ext = np.flatnonzero(has_len)
     json_rows = with_ext[ver[with_ext] == JSON_HEADER_EXT_VER]
-    raw = buf.tobytes()
+    # The file bytes as a bytes object (the one the chunk was read into, when it is that one).
+    raw = buf.base if isinstance(buf.base, bytes) and len(buf.base) == len(buf) else buf.tobytes()
     a, b = ext_start[json_rows].tolist(), (ext_start + ext_len)[json_rows].tolist()
     docs, accepted, refused = H.load_headers(list(map(raw.__getitem__, map(slice, a, b))))
     for j, why in refused.items():
