@@ -144,8 +144,10 @@ def binary_array(offsets: np.ndarray, data: np.ndarray, typ: pa.DataType = pa.bi
 
 def be_uint(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
     """Big-endian unsigned integers of ``width`` bytes at positions ``at`` (vectorised)."""
-    idx = np.minimum(at[:, None] + np.arange(width), len(buf) - 1)  # short records read in bounds; masked later
-    raw = np.ascontiguousarray(buf[idx])
+    raw = _windows(buf, at, width)
+    if raw is None:
+        idx = np.minimum(at[:, None] + np.arange(width), len(buf) - 1)  # short records read in bounds; masked later
+        raw = np.ascontiguousarray(buf[idx])
     return raw.view(f">u{width}").reshape(-1).astype(np.uint64 if width == 8 else np.int64)
 
 
@@ -157,9 +159,23 @@ def be_int(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
     >>> be_int(np.frombuffer(b"\\xff\\xfe\\x00\\x01", np.uint8), np.array([0, 2]), 2).tolist()
     [-2, 1]
     """
-    idx = np.clip(at[:, None] + np.arange(width), 0, max(len(buf) - 1, 0))
-    raw = np.ascontiguousarray(buf[idx]) if len(buf) else np.zeros((len(at), width), np.uint8)
+    raw = _windows(buf, at, width)
+    if raw is None:
+        idx = np.clip(at[:, None] + np.arange(width), 0, max(len(buf) - 1, 0))
+        raw = np.ascontiguousarray(buf[idx]) if len(buf) else np.zeros((len(at), width), np.uint8)
     return raw.view(f">i{width}").reshape(-1).astype(np.int64)
+
+
+def _windows(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray | None:
+    """``buf[at[i]:at[i] + width]`` as rows of a matrix, or None if one runs out of ``buf``.
+
+    Rows of a (read-only) sliding-window view are taken whole, a small copy each, where an
+    index matrix would be built and clipped for every byte.
+    """
+    if len(at) == 0 or len(buf) < width or at.min() < 0 or at.max() > len(buf) - width:
+        return None
+    view = np.lib.stride_tricks.as_strided(buf, (len(buf) - width + 1, width), (1, 1), writeable=False)
+    return view[at]
 
 
 def constant(value, n: int, typ: pa.DataType = pa.string()) -> pa.Array:

@@ -110,3 +110,20 @@ def test_property_columns_are_taken_once_and_match_the_entries():
     assert p.get("KEYS").to_pylist() == ["k1 k2", None, "z", None]
     assert p.get("x").to_pylist() == [None] * 4 and p.get("nope").to_pylist() == [None] * 4
     assert p.get("TAGS") is p.get("TAGS")
+
+
+def test_big_endian_reads_are_the_same_in_bounds_and_at_the_edges():
+    import numpy as np
+
+    from formats.base import be_int, be_uint
+
+    rng = np.random.default_rng(7)
+    buf = rng.integers(0, 256, 4096).astype(np.uint8)
+    for width in (1, 2, 4, 8):
+        inside = rng.integers(0, len(buf) - width + 1, 500)
+        edge = np.array([0, len(buf) - width, len(buf) - width + 1, len(buf) - 1])  # the last two run out
+        for at in (inside, edge):
+            idx = np.clip(at[:, None] + np.arange(width), 0, len(buf) - 1)
+            raw = np.ascontiguousarray(buf[idx])
+            assert be_int(buf, at, width).tolist() == raw.view(f">i{width}").reshape(-1).astype(np.int64).tolist()
+            assert be_uint(buf, at, width).tolist() == raw.view(f">u{width}").reshape(-1).tolist()
