@@ -7,9 +7,10 @@ Layout of one record::
                                                   # len+data only when ver != 0
 
 Framing (the chain of length prefixes) is walked record by record, as it must be; every
-field is then read for all records of a chunk at once with NumPy. JSON headers are parsed
-one by one (orjson, mapped over the chunk in one call) and turned into columns for the whole
-chunk at once (:mod:`formats.nsq_headers`); version-2 tags are checked with Arrow kernels.
+field is then read for all records of a chunk at once with NumPy. JSON headers are read
+for the whole chunk at once with NumPy when they are all simple, else parsed one by one
+(orjson, mapped over the chunk in one call), and turned into columns for the whole chunk
+(:mod:`formats.nsq_headers`); version-2 tags are checked with Arrow kernels.
 """
 from __future__ import annotations
 
@@ -203,10 +204,15 @@ def decode_chunk(
     # Ext data: JSON headers (version 4) and tags (version 2), parsed where present.
     with_ext = np.flatnonzero(has_len)
     json_rows = with_ext[ver[with_ext] == JSON_HEADER_EXT_VER]
-    # The file bytes as a bytes object (the one the chunk was read into, when it is that one).
-    raw = buf.base if isinstance(buf.base, bytes) and len(buf.base) == len(buf) else buf.tobytes()
-    a, b = ext_start[json_rows].tolist(), (ext_start + ext_len)[json_rows].tolist()
-    docs, accepted, refused = H.load_headers(list(map(raw.__getitem__, map(slice, a, b))))
+    # Simple headers (the usual ones) are read with NumPy; any other chunk with orjson.
+    scanned = H.scan_headers(buf, ext_start[json_rows], (ext_start + ext_len)[json_rows])
+    if scanned is not None:
+        docs, accepted, refused = scanned
+    else:
+        # The file bytes as a bytes object (the one the chunk was read into, when it is that one).
+        raw = buf.base if isinstance(buf.base, bytes) and len(buf.base) == len(buf) else buf.tobytes()
+        a, b = ext_start[json_rows].tolist(), (ext_start + ext_len)[json_rows].tolist()
+        docs, accepted, refused = H.load_headers(list(map(raw.__getitem__, map(slice, a, b))))
     for j, why in refused.items():
         reason[json_rows[j]] = why
     ok[json_rows[list(refused)]] = False

@@ -1,11 +1,13 @@
 """JSON ext headers of NSQ records -> unified-schema columns, column by column.
 
-Headers are parsed per record (orjson; :func:`load_headers` maps the parser over a whole
-chunk). Every (key, value) pair of a chunk is then flattened once, with C-level iterators,
-into one key list and one value list; the ``headers`` and ``properties`` maps and every
-column are cut from those with NumPy and Arrow kernels. Per-value Python runs only for the
-values whose JSON type needs the exact rules (a float or a string in an integer column, a
-list in ``keys``, a compression code, a float or nested value as text).
+A chunk whose headers are all compact objects of string and integer values (what clients
+write) is read without Python objects, by :func:`scan_headers` (:mod:`formats.nsq_json`).
+Any other chunk is parsed per record (orjson; :func:`load_headers` maps the parser over the
+chunk), and every (key, value) pair is then flattened once, with C-level iterators, into one
+key list and one value list. Either way the ``headers`` and ``properties`` maps and every
+column are cut from the pairs with NumPy and Arrow kernels. Per-value Python runs only for
+the values whose JSON type needs the exact rules (a float or a string in an integer column,
+a list in ``keys``, a compression code, a float or nested value as text).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from formats.nsq_json import Pairs, scan
 from schemas.messages import TS
 
 TRACE_KEY = "##trace_id"
@@ -118,6 +121,36 @@ def load_headers(raws: list[bytes]) -> tuple[list[dict], list[int], dict[int, st
     return [docs[i] for i in where], where, bad
 
 
+def scan_headers(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray
+                 ) -> tuple[Pairs, list[int], dict[int, str]] | None:
+    """:func:`load_headers` for the headers ``buf[starts[i]:ends[i]]`` read by :func:`formats.nsq_json.scan`.
+
+    None when the chunk's headers are not all simple (or a ``##trace_id`` is an integer):
+    parse them with :func:`load_headers`.
+    """
+    pairs = scan(buf, starts, ends)
+    if pairs is None:
+        return None
+    k = len(pairs.counts)
+    if TRACE_KEY not in pairs.names:
+        return pairs, list(range(k)), {}
+    at = np.flatnonzero(pairs.code == pairs.names.index(TRACE_KEY))
+    if pairs.is_int[at].any():
+        return None
+    traces = pairs.texts.take(pa.array(at))
+    ok = pc.match_substring_regex(traces, "^[0-9]+$").to_numpy(zero_copy_only=False)
+    long = pc.greater(pc.binary_length(traces), 19).to_numpy(zero_copy_only=False)
+    for j in np.flatnonzero(ok & long).tolist():  # 20+ digits: may be past uint64
+        ok[j] = int(traces[j].as_py()) <= _INT64[1] * 2 + 1
+    if ok.all():
+        return pairs, list(range(k)), {}
+    header_of = np.repeat(np.arange(k), pairs.counts)[at]
+    bad = {int(h): f"{TRACE_KEY} must be a decimal uint64 string, got {traces[j].as_py()!r}"
+           for j, h in zip(np.flatnonzero(~ok).tolist(), header_of[~ok])}
+    accepted = [i for i in range(k) if i not in bad]
+    return pairs.only(np.asarray(accepted, np.int64)), accepted, bad
+
+
 def _load_each(raws: list[bytes]) -> tuple[list[dict], list[int], dict[int, str]]:
     docs, where, bad = [], [], {}
     for i, raw in enumerate(raws):
@@ -211,26 +244,38 @@ class _Flat:
     Columns have ``n`` rows, header ``i`` on row ``rows[i]`` (by default one row per header).
     """
 
-    def __init__(self, docs: list[dict], rows: np.ndarray | None = None, n: int | None = None):
-        self.n = len(docs) if n is None else n
-        counts = np.fromiter(map(len, docs), np.int64, len(docs))
+    def __init__(self, docs: list[dict] | Pairs, rows: np.ndarray | None = None, n: int | None = None):
+        pairs = docs if isinstance(docs, Pairs) else None
+        counts = pairs.counts if pairs is not None else np.fromiter(map(len, docs), np.int64, len(docs))
+        self.n = len(counts) if n is None else n
         if rows is None:
             self.counts = counts
         else:
             self.counts = np.zeros(self.n, np.int64)
             self.counts[rows] = counts
-        keys = list(chain.from_iterable(docs))
-        self.values = list(chain.from_iterable(map(dict.values, docs)))
-        # Distinct keys: setdefault leaves each key at the index of its first occurrence.
-        first: dict[str, int] = {}
-        at_first = np.fromiter(map(first.setdefault, keys, count()), np.int64, len(keys))
-        self.names = list(first)
-        self.code = np.searchsorted(np.fromiter(first.values(), np.int64, len(first)), at_first)
+        if pairs is not None:  # read by formats.nsq_json: strings and integers only
+            self.names, self.code, self.texts = pairs.names, pairs.code, pairs.texts
+            self.types = np.where(pairs.is_int, _INT, _STR).astype(np.int8)
+            self._pairs = pairs
+        else:
+            keys = list(chain.from_iterable(docs))
+            self.values = list(chain.from_iterable(map(dict.values, docs)))
+            # Distinct keys: setdefault leaves each key at the index of its first occurrence.
+            first: dict[str, int] = {}
+            at_first = np.fromiter(map(first.setdefault, keys, count()), np.int64, len(keys))
+            self.names = list(first)
+            self.code = np.searchsorted(np.fromiter(first.values(), np.int64, len(first)), at_first)
+            self.types = _type_codes(self.values)
+            self.texts = _texts(self.values, self.types)
         self.code_of = {k: i for i, k in enumerate(self.names)}
         self.row = np.repeat(np.arange(self.n), self.counts)  # of each pair
-        self.types = _type_codes(self.values)
         self.keys = pa.array(self.names, pa.string()).take(pa.array(self.code))
-        self.texts = _texts(self.values, self.types)
+
+    def __getattr__(self, name: str):
+        if name == "values":  # headers read by formats.nsq_json: Python values only when a rule needs them
+            self.values = self._pairs.values()
+            return self.values
+        raise AttributeError(name)
 
     def entries(self, key: str) -> np.ndarray:
         """Indices of the pairs whose key is ``key`` (at most one per header)."""
@@ -257,15 +302,17 @@ class _Flat:
         at = self.entries(key)
         if len(at) == 0:
             return pa.nulls(self.n, pa.int64())
-        values = _pick(self.values, at)
         arr = None
         if np.isin(self.types[at], (_INT, _NULL)).all():
-            try:
-                arr = pa.array(values, pa.int64())
-            except (OverflowError, pa.ArrowInvalid):  # past int64: out of range anyway
-                pass
+            if "_pairs" in self.__dict__:  # integers of at most 18 digits, as written
+                arr = self.texts.take(pa.array(at)).cast(pa.int64())
+            else:
+                try:
+                    arr = pa.array(_pick(self.values, at), pa.int64())
+                except (OverflowError, pa.ArrowInvalid):  # past int64: out of range anyway
+                    pass
         if arr is None:
-            exact = [_as_int(v) for v in values]
+            exact = [_as_int(v) for v in _pick(self.values, at)]
             arr = pa.array([i if i is not None and lo <= i <= hi else None for i in exact], pa.int64())
         out_of_range = pc.or_(pc.less(arr, lo), pc.greater(arr, hi))
         return self.spread(pc.if_else(out_of_range, pa.scalar(None, pa.int64()), arr), np.asarray(at))
@@ -298,8 +345,9 @@ def _compression(c) -> str | None:
     return None if c is None else COMPRESSION_CODECS.get(as_text(c), f"unknown:{as_text(c)}")
 
 
-def header_columns(docs: list[dict], rows: np.ndarray | None = None, n: int | None = None) -> dict[str, pa.Array]:
-    """Columns of the unified schema from parsed headers, one row per header.
+def header_columns(docs: list[dict] | Pairs, rows: np.ndarray | None = None, n: int | None = None
+                   ) -> dict[str, pa.Array]:
+    """Columns of the unified schema from parsed headers (or :func:`scan_headers` pairs), one row per header.
 
     With ``rows`` and ``n``, the columns have ``n`` rows and header ``i`` is on row
     ``rows[i]`` (increasing); the other rows are null, with empty maps.

@@ -9,7 +9,7 @@ import pytest
 
 from formats.base import decode_root
 from formats.nsq_ext import NsqExtCodec
-from formats.nsq_headers import HeaderError, as_text, header_columns, load_header, load_headers
+from formats.nsq_headers import HeaderError, as_text, header_columns, load_header, load_headers, scan_headers
 from formats.nsq_writer import NsqQueueWriter
 
 TS = 1_793_500_000_123_456_789
@@ -112,3 +112,55 @@ def test_a_bad_header_in_a_chunk_quarantines_only_its_record(tmp_path):
         load_header(bad)
     assert [q["reason"] for q in result.quarantined.to_pylist()] == [
         str(e.value), "version-2 tag is not UTF-8", "##trace_id must be a decimal uint64 string, got 'x'"]
+
+
+# --------------------------------------------------------------------------- the NumPy reader
+
+
+def scanned(raws):
+    """scan_headers on headers laid end to end, as dicts (None when it leaves them to orjson)."""
+    lengths = np.array([len(r) for r in raws], np.int64)
+    ends = np.cumsum(lengths) + 3
+    got = scan_headers(np.frombuffer(b"xyz" + b"".join(raws) + b"\x00", np.uint8), ends - lengths, ends)
+    if got is None:
+        return None
+    pairs, where, bad = got
+    values, docs, i = pairs.values(), [], 0
+    for c in pairs.counts.tolist():
+        docs.append(dict(zip([pairs.names[x] for x in pairs.code[i : i + c]], values[i : i + c])))
+        i += c
+    return docs, where, bad
+
+
+SIMPLE = [b'{"a":"b","c":12}', b"{}", b'{"x":-5,"y":"q r","z":0,"w":123456789012345678}', b'{"":""}',
+          b'{"k":"v:,{}[]"}', b'{"##trace_id":"18446744073709551615"}']
+
+
+def test_simple_headers_read_with_numpy_give_what_orjson_gives():
+    assert scanned(SIMPLE) == one_by_one(SIMPLE)
+    with_bad_traces = SIMPLE + [b'{"##trace_id":"18446744073709551616"}', b'{"##trace_id":"x1"}', b'{"##trace_id":""}']
+    assert scanned(with_bad_traces) == one_by_one(with_bad_traces)
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [b'{"a":1,}', b'{"a" :1}', b'{ "a":1}', b'{"a":01}', b'{"a":-0}', b'{"a":1.5}', b'{"a":1e3}', b'{"a":true}',
+     b'{"a":null}', b'{"a":"\\n"}', b'{"a":"\\u00e9"}', b'{"a":1,"a":2}', b'{"a":"b"', b'{"a":-}', b'{"a":1-2}',
+     b'{"a":"b":"c"}', b'{"a","b":1}', b'{,"a":1}', b'{"a":}', b'{"a"::1}', b'{"a":1}{"b":2}', b'{"a":[1]}',
+     b'{"a":{}}', '{"é":1}'.encode(), b'{"a":"\x01"}', b'{"a":1234567890123456789}', b'"s"', b"[]", b"{",
+     b'{"a":"1"2}', b'{"x":"', b'"}', b'{"a":1},{"b":2}', b'{"##trace_id":7}'],
+)
+def test_anything_else_is_left_to_orjson(odd):
+    assert scanned(SIMPLE + [odd]) is None
+
+
+def test_columns_from_the_numpy_reader_equal_the_orjson_ones():
+    raws = [b'{"bornTimestamp":1793500000191,"keys":"a  b","priority":"7","app":"x","nsq.client.compress":"2"}',
+            b'{"delayTime":123456789012345678,"durability":-3,"priority":99999999999,"traceId":"t"}', b"{}"]
+    lengths = np.array([len(r) for r in raws], np.int64)
+    pairs, _, _ = scan_headers(np.frombuffer(b"".join(raws), np.uint8), np.cumsum(lengths) - lengths, np.cumsum(lengths))
+    docs, _, _ = load_headers(raws)
+    a, b = header_columns(pairs, np.array([0, 2, 3]), 4), header_columns(docs, np.array([0, 2, 3]), 4)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].equals(b[name]), name
