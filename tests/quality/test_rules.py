@@ -7,6 +7,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from pipelines import settings as S
+from pipelines.sinks import DeltaSink
 from quality import rules as R
 
 UTC = dt.timezone.utc
@@ -101,6 +102,10 @@ def test_levels_come_from_settings_and_off_skips_a_rule(spark):
     got = R.with_checks(df, settings.quality.rule_context({}), levels).select(
         F.col(R.CHECKS_COLUMN)["rule"].alias("rules"), F.col(R.CHECKS_COLUMN)["level"].alias("levels")).first()
     assert (got["rules"], got["levels"]) == (["priority_range"], ["fail"])
+    # The ingest sink keeps an off rule off (a rule left out of a mapping would take its default).
+    sink = DeltaSink("app", "unused", "unused", levels=levels)
+    got = sink.checked(df).select(F.col(R.CHECKS_COLUMN)["rule"].alias("rules")).first()
+    assert got["rules"] == ["priority_range"]
 
 
 def test_unknown_rule_or_level_fails_naming_the_key():
