@@ -316,6 +316,12 @@ class SegmentStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             if (max_bytes is not None and max_bytes <= 0) or (max_rows is not None and max_rows <= 0):
                 continue
+            if max_rows is None and end - a <= max_bytes:
+                # The rest of the segment fits the byte budget: its end is a boundary the scan
+                # found, so the records need no walk (the driver's walk is one Python step each).
+                out[path] = end
+                max_bytes -= end - a
+                continue
             stop, records = self.planner.codec.advance(self.opts.path, segments[path], a, end, max_bytes, max_rows)
             out[path] = stop
             if max_bytes is not None:
