@@ -147,9 +147,7 @@ class DeltaSink:
         self.counts = counts if counts is not None else RunCounts()
         self.watermark = dedup_watermark_seconds
         self.rules = rules if rules is not None else R.RuleContext({})
-        #: Every rule's level (``off`` ones too: a rule missing from a mapping takes its default).
-        self.all_levels = R.resolved(levels or {})
-        self.levels = R.active(self.all_levels)
+        self.levels = R.active(levels or {})
         self.raw_reader = raw_reader
 
     def _append(self, df: DataFrame, table: str, batch_id: int) -> None:
@@ -174,6 +172,22 @@ class DeltaSink:
         )
         return int(found[0]["rows"]) if found else None
 
+    def _version(self, spark, table: str) -> int:
+        from delta.tables import DeltaTable
+
+        return int(DeltaTable.forPath(spark, self.paths[table]).history(1).select("version").first()[0])
+
+    def _committed_since(self, spark, table: str, batch_id: int, before: int) -> bool:
+        """Whether a commit after version ``before`` is ours for ``batch_id`` (else Delta skipped it)."""
+        from delta.tables import DeltaTable
+
+        newer = self._version(spark, table) - before
+        return newer > 0 and bool(
+            DeltaTable.forPath(spark, self.paths[table]).history(newer)
+            .where((F.col("version") > before) & (F.col("userMetadata") == f"{self.app_id}:{batch_id}"))
+            .limit(1).collect()
+        )
+
     def _earlier(self, spark, since) -> DataFrame:
         """First copies already in ``messages`` that a retry in this batch could repeat."""
         return (
@@ -185,7 +199,7 @@ class DeltaSink:
 
     def checked(self, df: DataFrame) -> DataFrame:
         """``df`` with the ``_checks`` column of this sink's rules (``off`` ones not evaluated)."""
-        return R.with_checks(df, self.rules, self.all_levels)
+        return R.with_checks(df, self.rules, self.levels)
 
     def _metrics(self) -> list:
         """What a micro-batch is counted by: rows and bytes per kind, rule hits, first store time.
@@ -259,18 +273,24 @@ class DeltaSink:
         return self.raw_reader if held else None
 
     def _write_observed(self, df: DataFrame, batch_id: int, counts: BatchCounts) -> BatchCounts:
-        """One pass: the messages write counts the batch as it goes."""
+        """One pass: the messages write counts the batch as it goes.
+
+        The messages write runs even when the batch turns out to hold no message (an empty
+        commit): whether it does is only known from the write itself.
+        """
         from pyspark.sql import Observation
 
-        if self._rows_written(df.sparkSession, MESSAGES_TABLE.name, batch_id) is not None:
-            # Committed before a crash: Delta will skip both writes of this replayed batch, so an
-            # observed write would never run. Count it on its own for the summary.
-            self._fill(counts, df.agg(*self._metrics()).collect()[0].asDict())
-        else:
-            seen = Observation(f"msglake-batch-{batch_id}")
-            messages, _ = split_batch(df.observe(seen, *self._metrics()), batch_id)
-            self._append(messages, MESSAGES_TABLE.name, batch_id)
+        spark = df.sparkSession
+        before = self._version(spark, MESSAGES_TABLE.name)
+        seen = Observation(f"msglake-batch-{batch_id}")
+        messages, _ = split_batch(df.observe(seen, *self._metrics()), batch_id)
+        self._append(messages, MESSAGES_TABLE.name, batch_id)
+        if self._committed_since(spark, MESSAGES_TABLE.name, batch_id, before):
             self._fill(counts, seen.get)
+        else:
+            # Delta skipped the write (this batch was committed before a crash, the checkpoint
+            # not): the plan never ran, so nothing was observed. Count the batch on its own.
+            self._fill(counts, df.agg(*self._metrics()).collect()[0].asDict())
         if counts.quarantined:
             _, quarantine = split_batch(df, batch_id, raw_reader=self._reader_for(counts))
             self._append(quarantine, QUARANTINE_TABLE.name, batch_id)

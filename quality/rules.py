@@ -144,20 +144,19 @@ class QualityRuleFailed(RuntimeError):
     """A ``fail``-level rule matched rows of a micro-batch; nothing of the batch was written."""
 
 
-def resolved(levels: Mapping[str, str]) -> dict[str, str]:
-    """Every rule name -> its level, ``off`` included (a missing name takes its default)."""
-    return {name: levels.get(name, rule.default) for name, rule in RULES.items()}
-
-
 def active(levels: Mapping[str, str]) -> dict[str, str]:
-    """Rule name -> level for the rules that are not ``off`` (a missing name takes its default,
-    so pass :func:`resolved` levels, not the output of this function, where ``off`` must stay off)."""
-    return {name: level for name, level in resolved(levels).items() if level != "off"}
+    """Rule name -> level for the rules that are not ``off`` (a missing name takes its default)."""
+    chosen = {name: levels.get(name, rule.default) for name, rule in RULES.items()}
+    return {name: level for name, level in chosen.items() if level != "off"}
 
 
 def violations(ctx: RuleContext, levels: Mapping[str, str]) -> Column:
-    """The rules a row violates: ``array<struct<rule, level, reason>>``, empty when it passes."""
-    rules = active(levels)
+    """The rules a row violates: ``array<struct<rule, level, reason>>``, empty when it passes.
+
+    Exactly the rules of ``levels`` that are not ``off`` are evaluated: a missing rule is not
+    (pass settings' ``quality.levels()`` or :func:`active` levels, which have every default).
+    """
+    rules = {name: level for name, level in levels.items() if level != "off"}
     if not rules:
         return F.array().cast("array<struct<rule:string,level:string,reason:string>>")
     checks = F.array(*[
