@@ -10,21 +10,10 @@ import pytest
 from formats.base import decode_root
 from formats.nsq_ext import NsqExtCodec
 from formats.nsq_headers import HeaderError, as_text, header_columns, load_header, load_headers, scan_headers
+from formats.nsq_headers import _load_each as one_by_one  # load_header on each header: the reference
 from formats.nsq_writer import NsqQueueWriter
 
 TS = 1_793_500_000_123_456_789
-
-
-def one_by_one(raws):
-    """What :func:`load_headers` must return: :func:`load_header` on each header."""
-    docs, where, bad = [], [], {}
-    for i, raw in enumerate(raws):
-        try:
-            docs.append(load_header(raw))
-            where.append(i)
-        except HeaderError as e:
-            bad[i] = str(e)
-    return docs, where, bad
 
 
 GOOD = [b'{"a":"b"}', b'{"##trace_id":"12","priority":3}', b"{}", b' {"x":[1,{"y":null}]} ']
