@@ -106,8 +106,10 @@ class SourceSettings(_Strict):
 
 
 class IngestSettings(_Strict):
-    maxBytesPerTrigger: PositiveInt = 256 << 20
-    splitBytes: PositiveInt = 16 << 20
+    # Measured on 4M NSQ messages, 2 cores: 256 MiB / 16 MiB gave 55K msg/s, 1 GiB / 64 MiB 87-93K
+    # (fewer tasks, files and commits per message; memory stays bounded by the 8 MiB decode chunks).
+    maxBytesPerTrigger: PositiveInt = 1 << 30
+    splitBytes: PositiveInt = 64 << 20
     #: Mark producer retries arriving within this many seconds of the first copy (0: off).
     dedupWatermarkSeconds: Annotated[int, Field(ge=0)] = 600
 

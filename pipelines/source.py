@@ -45,7 +45,7 @@ class SourceOptions:
     format: str
     max_bytes_per_trigger: int | None = None
     max_records_per_trigger: int | None = None
-    split_bytes: int = 16 << 20
+    split_bytes: int = 64 << 20
     #: Codec keyword arguments, as sorted (name, value) pairs.
     codec_options: tuple = ()
 
@@ -95,7 +95,7 @@ class SourceOptions:
             format=opts["format"],
             max_bytes_per_trigger=positive("maxbytespertrigger"),
             max_records_per_trigger=positive("maxrecordspertrigger"),
-            split_bytes=positive("splitbytes") or 16 << 20,
+            split_bytes=positive("splitbytes") or 64 << 20,
             codec_options=tuple(sorted(codec.items())),
         )
 
