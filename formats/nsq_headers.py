@@ -391,7 +391,3 @@ def _maps(counts: np.ndarray, keys: pa.Array, values: pa.Array) -> pa.Array:
     np.cumsum(counts, out=offsets[1:])
     return pa.MapArray.from_arrays(pa.array(offsets), keys, values)
 
-
-def empty_maps(n: int) -> pa.Array:
-    """``n`` empty string maps (rows without a header)."""
-    return _maps(np.zeros(n, np.int64), pa.array([], pa.string()), pa.array([], pa.string()))

@@ -160,33 +160,30 @@ class DeltaSink:
             .save(self.paths[table])
         )
 
-    def _rows_written(self, spark, table: str, batch_id: int) -> int | None:
-        """Rows our commit of ``batch_id`` wrote to ``table`` (None when Delta skipped a replay)."""
+    def _rows_written(self, spark, table: str, batch_id: int, after: int | None = None) -> int | None:
+        """Rows our commit of ``batch_id`` wrote to ``table``, None when there is no such commit
+        (Delta skipped a replay): among the last 20 commits, or those after version ``after``."""
         from delta.tables import DeltaTable
 
+        log = DeltaTable.forPath(spark, self.paths[table])
+        if after is None:
+            commits = log.history(20)
+        else:
+            newer = self._version(spark, table) - after
+            if newer <= 0:
+                return None
+            commits = log.history(newer).where(F.col("version") > after)
         found = (
-            DeltaTable.forPath(spark, self.paths[table]).history(20)
-            .where(F.col("userMetadata") == f"{self.app_id}:{batch_id}")
+            commits.where(F.col("userMetadata") == f"{self.app_id}:{batch_id}")
             .select(F.col("operationMetrics")["numOutputRows"].alias("rows"))
             .collect()
         )
-        return int(found[0]["rows"]) if found else None
+        return int(found[0]["rows"] or 0) if found else None
 
     def _version(self, spark, table: str) -> int:
         from delta.tables import DeltaTable
 
         return int(DeltaTable.forPath(spark, self.paths[table]).history(1).select("version").first()[0])
-
-    def _committed_since(self, spark, table: str, batch_id: int, before: int) -> bool:
-        """Whether a commit after version ``before`` is ours for ``batch_id`` (else Delta skipped it)."""
-        from delta.tables import DeltaTable
-
-        newer = self._version(spark, table) - before
-        return newer > 0 and bool(
-            DeltaTable.forPath(spark, self.paths[table]).history(newer)
-            .where((F.col("version") > before) & (F.col("userMetadata") == f"{self.app_id}:{batch_id}"))
-            .limit(1).collect()
-        )
 
     def _earlier(self, spark, since) -> DataFrame:
         """First copies already in ``messages`` that a retry in this batch could repeat."""
@@ -225,6 +222,10 @@ class DeltaSink:
               for name, k in hit_kinds.items()],
         ]
 
+    def _count(self, df: DataFrame) -> dict:
+        """The batch's metrics from a pass of its own."""
+        return df.agg(*self._metrics()).collect()[0].asDict()
+
     @staticmethod
     def _fill(counts: BatchCounts, row) -> None:
         for name in ("messages", "message_bytes", "quarantined", "quarantined_bytes", "padding_bytes"):
@@ -249,7 +250,7 @@ class DeltaSink:
         counts = BatchCounts(batch_id)
         if not self._needs_count_pass():
             return self._write_observed(df, batch_id, counts)
-        row = df.agg(*self._metrics()).collect()[0].asDict()
+        row = self._count(df)
         self._fill(counts, row)
         self._check_failures(df, batch_id, counts)
         since = row["since"]
@@ -285,12 +286,12 @@ class DeltaSink:
         seen = Observation(f"msglake-batch-{batch_id}")
         messages, _ = split_batch(df.observe(seen, *self._metrics()), batch_id)
         self._append(messages, MESSAGES_TABLE.name, batch_id)
-        if self._committed_since(spark, MESSAGES_TABLE.name, batch_id, before):
+        if self._rows_written(spark, MESSAGES_TABLE.name, batch_id, after=before) is not None:
             self._fill(counts, seen.get)
         else:
             # Delta skipped the write (this batch was committed before a crash, the checkpoint
             # not): the plan never ran, so nothing was observed. Count the batch on its own.
-            self._fill(counts, df.agg(*self._metrics()).collect()[0].asDict())
+            self._fill(counts, self._count(df))
         if counts.quarantined:
             _, quarantine = split_batch(df, batch_id, raw_reader=self._reader_for(counts))
             self._append(quarantine, QUARANTINE_TABLE.name, batch_id)
