@@ -32,11 +32,11 @@ def main() -> int:
     p.add_argument("--messages", type=int, default=300_000, help="messages in the data set (default 300,000)")
     args = p.parse_args()
 
-    from formats.nsq_samples import generate
-    from pipelines import settings as S
-    from pipelines.cluster import standalone
-    from pipelines.package import build_pyfiles
-    from pipelines.session import delta_jars
+    from msglake.samples.nsq import generate
+    from msglake.pipelines import settings as S
+    from tests.cluster import standalone
+    from msglake.pipelines.io.package import build_pyfiles
+    from msglake.pipelines.session import delta_jars
 
     data = REPO / "bench-data" / f"cluster-nsq-{args.messages}"
     if not (data / ".complete").exists():
@@ -47,7 +47,7 @@ def main() -> int:
     work = REPO / "bench-data" / "cluster-run"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    doc = S.load(S.DEFAULT_CONF, env={}).model_dump()
+    doc = S.from_dict(S.default_document()).model_dump()
     doc["sources"] = [{"name": "bench", "format": "nsq-ext", "path": str(data)}]
     doc["ingest"]["maxBytesPerTrigger"] = 64 << 20
     conf = work / "bench.yaml"

@@ -26,7 +26,7 @@ DEFAULT_SEGMENT_BYTES = {"nsq-ext": 100 << 20, "rocketmq-commitlog": 1 << 30}
 def ensure_data(fmt: str, data: Path, messages: int, segment_bytes: int | None = None) -> int:
     """Generate ``messages`` messages of ``fmt`` under ``data`` once (no bad inputs), return the
     messages (records) written. A ``.complete`` marker holding that count says the set is whole."""
-    from pipelines.cli import _generate
+    from msglake.pipelines.cli import _generate
 
     if not (data / ".complete").exists():
         shutil.rmtree(data, ignore_errors=True)
@@ -43,7 +43,7 @@ def decode_pass(fmt: str, data: Path) -> tuple[int, int, float]:
     nothing but counts (holding every row in memory would measure the allocator instead).
 
     Returns (messages decoded, segment bytes that hold data, seconds)."""
-    from formats.registry import get_codec
+    from msglake.formats.registry import get_codec
 
     t = time.monotonic()
     codec = get_codec(fmt)
@@ -67,9 +67,9 @@ def main() -> int:
     p.add_argument("--decode-only", action="store_true", help="time the codec alone, skip the Spark ingest")
     args = p.parse_args()
 
-    from pipelines import settings as S
-    from pipelines.ingest import ingest
-    from pipelines.session import build_session
+    from msglake.pipelines import settings as S
+    from msglake.pipelines.jobs.ingest import ingest
+    from msglake.pipelines.session import build_session
 
     data = REPO / "bench-data" / f"{args.format}-{args.messages}"
     expected = ensure_data(args.format, data, args.messages, args.segment_bytes)
@@ -89,7 +89,7 @@ def main() -> int:
 
     lake = REPO / "bench-data" / "lake"
     shutil.rmtree(lake, ignore_errors=True)
-    doc = S.load(S.DEFAULT_CONF, env={}).model_dump()
+    doc = S.from_dict(S.default_document()).model_dump()
     doc["lake"]["root"] = str(lake)
     doc["spark"]["master"] = args.master
     doc["sources"] = [{"name": "bench", "format": args.format, "path": str(data)}]

@@ -93,12 +93,12 @@ def main() -> int:
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     args = p.parse_args()
 
-    from pipelines import cli, settings as S
-    from pipelines.session import build_session
+    from msglake.pipelines import cli, settings as S
+    from msglake.pipelines.session import build_session
 
     lake = REPO / "bench-data" / f"replay-{args.messages}"
     conf = lake / "msglake.yaml"
-    doc = S.load(S.DEFAULT_CONF, env={}).model_dump()
+    doc = S.from_dict(S.default_document()).model_dump()
     doc["lake"]["root"] = str(lake)
     doc["spark"]["master"] = args.master
     doc["spark"]["conf"]["spark.driver.memory"] = "6g"

@@ -43,9 +43,9 @@ def commit_times(table_path: str) -> dict[int, float]:
 
 
 def settings_for(lake: Path, data: Path, **ingest):
-    from pipelines import settings as S
+    from msglake.pipelines import settings as S
 
-    doc = S.load(S.DEFAULT_CONF, env={}).model_dump()
+    doc = S.from_dict(S.default_document()).model_dump()
     doc["lake"]["root"] = str(lake)
     doc["sources"] = [{"name": "bench", "format": "nsq-ext", "path": str(data)}]
     doc["ingest"].update(ingest)
@@ -53,8 +53,8 @@ def settings_for(lake: Path, data: Path, **ingest):
 
 
 def backlog(spark, messages: int) -> dict:
-    from formats.nsq_samples import generate
-    from pipelines.ingest import ingest
+    from msglake.samples.nsq import generate
+    from msglake.pipelines.jobs.ingest import ingest
 
     data = REPO / "bench-data" / f"nsq-{messages}"
     if not (data / ".complete").exists():
@@ -72,8 +72,8 @@ def backlog(spark, messages: int) -> dict:
 
 
 def freshness(spark, rate: int, seconds: int) -> dict:
-    from formats.nsq_writer import NsqQueueWriter
-    from pipelines.ingest import run
+    from msglake.samples.nsq_writer import NsqQueueWriter
+    from msglake.pipelines.jobs.ingest import run
 
     root = REPO / "bench-data" / "fresh"
     shutil.rmtree(root, ignore_errors=True)
@@ -123,7 +123,7 @@ def main() -> int:
     p.add_argument("--seconds", type=int, default=40, help="length of the freshness run (default 40)")
     args = p.parse_args()
 
-    from pipelines.session import build_session
+    from msglake.pipelines.session import build_session
 
     spark = build_session(settings_for(REPO / "bench-data" / "lake-stream", REPO), app_name="msglake-bench-stream")
     out = {}

@@ -32,9 +32,9 @@ LOOKUPS = 5
 
 
 def settings_for(lake: Path, data: Path, master: str, trigger_bytes: int):
-    from pipelines import settings as S
+    from msglake.pipelines import settings as S
 
-    doc = S.load(S.DEFAULT_CONF, env={}).model_dump()
+    doc = S.from_dict(S.default_document()).model_dump()
     doc["lake"]["root"] = str(lake)
     doc["spark"]["master"] = master
     doc["spark"]["conf"]["spark.driver.memory"] = "6g"
@@ -45,7 +45,7 @@ def settings_for(lake: Path, data: Path, master: str, trigger_bytes: int):
 
 def build(base: Path, n: int, trigger_bytes: int, master: str) -> dict:
     """Segments and the ingested lake, made once per N (a marker file says it finished)."""
-    from formats.nsq_samples import generate
+    from msglake.samples.nsq import generate
 
     data, lake, done = base / "nsq", base / "lake", base / ".built"
     if done.exists():
@@ -55,8 +55,8 @@ def build(base: Path, n: int, trigger_bytes: int, master: str) -> dict:
     generate(str(data), n, bad_inputs=False, max_bytes_per_file=256 << 20)
     generated = time.monotonic() - started
     print(f"generated {n:,} messages in {generated:.0f}s", flush=True)
-    from pipelines.ingest import ingest
-    from pipelines.session import build_session
+    from msglake.pipelines.jobs.ingest import ingest
+    from msglake.pipelines.session import build_session
 
     settings = settings_for(lake, data, master, trigger_bytes)
     spark = build_session(settings, app_name="bench-trace-build")
@@ -97,9 +97,9 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(REPO))
     from pyspark.sql import functions as F
 
-    from pipelines.maintenance import optimize
-    from pipelines.report import run_quality
-    from pipelines.session import build_session
+    from msglake.pipelines.jobs.maintenance import optimize
+    from msglake.pipelines.jobs.quality import run_quality
+    from msglake.pipelines.session import build_session
 
     base = REPO / "bench-data" / f"trace-{args.messages}"
     built = build(base, args.messages, args.trigger_mib << 20, args.master)

@@ -83,9 +83,9 @@ def settings_for(lake: Path, data: Path, fmt: str, master: str, driver_memory: s
                  trigger_bytes: int | None = None):
     """Settings of one run (built as bench_trace.py's): the lake under ``lake``, one source
     ``bench``; ``semantics`` False turns retry marking and every quality rule off."""
-    from pipelines import settings as S
+    from msglake.pipelines import settings as S
 
-    doc = S.load(S.DEFAULT_CONF, env={}).model_dump()
+    doc = S.from_dict(S.default_document()).model_dump()
     doc["lake"]["root"] = str(lake)
     doc["spark"]["master"] = master
     doc["spark"]["conf"]["spark.driver.memory"] = driver_memory
@@ -105,9 +105,9 @@ def base_dir(fmt: str, n: int | str) -> Path:
     return REPO / "bench-data" / f"suite-{fmt}-{n}"
 
 
-def codec_options(fmt: str) -> dict:
-    """The codec keywords of the runs' source, so the Parquet input holds the rows ingest writes."""
-    return settings_for(REPO, REPO, fmt, "local[2]", "1g", semantics=False).source().codec_kwargs()
+def codec_options(fmt: str):
+    """The codec options of the runs' source, so the Parquet input holds the rows ingest writes."""
+    return settings_for(REPO, REPO, fmt, "local[2]", "1g", semantics=False).source().codec_options()
 
 
 def messages_rows(batch):
@@ -116,7 +116,7 @@ def messages_rows(batch):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from schemas.messages import DECODED_SCHEMA, MESSAGE_SCHEMA
+    from msglake.schemas.messages import DECODED_SCHEMA, MESSAGE_SCHEMA
 
     keep = pc.and_(pc.is_null(batch.column("reason")), pc.is_valid(batch.column("messageId")))
     b = batch.filter(keep)
@@ -133,14 +133,14 @@ def ensure_parquet(fmt: str, data: Path, out: Path, expected: int) -> int:
     """The decoded messages as Parquet (one file per segment), written once; returns its bytes."""
     import pyarrow.parquet as pq
 
-    from formats.registry import get_codec
-    from schemas.messages import MESSAGE_SCHEMA
+    from msglake.formats.registry import get_codec
+    from msglake.schemas.messages import MESSAGE_SCHEMA
 
     if not (out / ".complete").exists():
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
         started = time.monotonic()
-        codec = get_codec(fmt, **codec_options(fmt))
+        codec = get_codec(fmt, codec_options(fmt))
         rows = 0
         for k, seg in enumerate(codec.scan(str(data)).segments):
             with pq.ParquetWriter(out / f"part-{k:05d}.parquet", MESSAGE_SCHEMA, compression="snappy") as w:
@@ -159,9 +159,9 @@ def ensure_parquet(fmt: str, data: Path, out: Path, expected: int) -> int:
 
 
 def segments(fmt: str, data: Path) -> list:
-    from formats.registry import get_codec
+    from msglake.formats.registry import get_codec
 
-    return get_codec(fmt, **codec_options(fmt)).scan(str(data)).segments
+    return get_codec(fmt, codec_options(fmt)).scan(str(data)).segments
 
 
 def data_bytes(fmt: str, data: Path) -> int:
@@ -212,7 +212,7 @@ def decode(fmt: str, data: Path, expected: int) -> dict:
 
 def forget(spark, lake: Path) -> None:
     """Drop the catalog names a run registered (the tables are external: only names go), then its lake."""
-    from pipelines.catalog import TABLES
+    from msglake.pipelines.io.catalog import TABLES
 
     for spec in TABLES:
         spark.sql(f"DROP TABLE IF EXISTS `{spec.name}`")
@@ -224,8 +224,8 @@ def table_rows(spark, settings, name: str) -> int:
 
 
 def ingest_run(spark, settings, expected: int) -> dict:
-    """``pipelines.ingest.ingest`` (available-now) into an empty lake, its rows checked."""
-    from pipelines.ingest import ingest
+    """``msglake.pipelines.jobs.ingest.ingest`` (available-now) into an empty lake, its rows checked."""
+    from msglake.pipelines.jobs.ingest import ingest
 
     summary = ingest(spark, settings)
     assert summary.messages == expected and summary.balanced, "\n".join(summary.lines())
@@ -249,8 +249,8 @@ def run_ingest(spark, fmt: str, data: Path, lake: Path, expected: int, master: s
 
 def engine_ceiling(spark, fmt: str, parquet: Path, lake: Path, expected: int, driver_memory: str) -> dict:
     """Decoded Parquet -> Delta ``messages`` (same table definition as the ingest's), timed write."""
-    from pipelines.catalog import ensure_table
-    from schemas import MESSAGES_TABLE
+    from msglake.pipelines.io.catalog import ensure_table
+    from msglake.schemas import MESSAGES_TABLE
 
     shutil.rmtree(lake, ignore_errors=True)
     settings = settings_for(lake, parquet, fmt, "local[2]", driver_memory, semantics=False)
@@ -267,7 +267,7 @@ def engine_ceiling(spark, fmt: str, parquet: Path, lake: Path, expected: int, dr
 
 def semantics_on(spark, fmt: str, data: Path, lake: Path, expected: int, driver_memory: str) -> dict:
     """Ingest with retry marking and the default quality rules, then the semantics stream."""
-    from pipelines import semantics_stream
+    from msglake.pipelines.jobs import semantics as semantics_stream
 
     shutil.rmtree(lake, ignore_errors=True)
     settings = settings_for(lake, data, fmt, "local[2]", driver_memory, semantics=True)
@@ -369,7 +369,7 @@ class RssSampler(threading.Thread):
 def memory_probe(spec: dict) -> dict:
     """One ingest (semantics off) of ``spec['data']`` with ``maxBytesPerTrigger = spec['trigger']``
     in this (fresh) process, the RSS sampled; row counts checked."""
-    from pipelines.session import build_session
+    from msglake.pipelines.session import build_session
 
     lake = Path(spec["lake"])
     shutil.rmtree(lake, ignore_errors=True)
@@ -665,7 +665,7 @@ def main(argv=None) -> int:
                                    ("local[1]", {"masters"})) if wanted & set(parts)]
     session_lake = REPO / "bench-data" / "suite-session"
     for master in masters:
-        from pipelines.session import build_session
+        from msglake.pipelines.session import build_session
 
         spark = build_session(settings_for(session_lake, session_lake, formats[0], master, dm, semantics=False),
                               app_name=f"msglake-suite-{master}", master=master)

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
-from schemas.source import SOURCE_SCHEMA
+from msglake.schemas.source import SOURCE_SCHEMA
 
 #: Largest piece of unreadable bytes put in one quarantine row; longer runs are split
 #: into consecutive rows so no single row (or Parquet page) grows without bound.

@@ -10,7 +10,7 @@ Framing (the chain of length prefixes) is walked record by record, as it must be
 field is then read for all records of a chunk at once with NumPy. JSON headers are read
 for the whole chunk at once with NumPy when they are all simple, else parsed one by one
 (orjson, mapped over the chunk in one call), and turned into columns for the whole chunk
-(:mod:`formats.nsq_headers`); version-2 tags are checked with Arrow kernels.
+(:mod:`msglake.formats.nsq_headers`); version-2 tags are checked with Arrow kernels.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from formats.base import (
+from msglake.formats.base import (
     DecodeResult,
     QuarantineBuilder,
     ScanResult,
@@ -39,9 +39,10 @@ from formats.base import (
     shrink_loss,
     source_batch,
 )
-from formats import nsq_headers as H
-from formats import nsq_layout as L
-from schemas.messages import DEFAULT_PRIORITY, TS
+from msglake.formats import nsq_headers as H
+from msglake.formats import nsq_layout as L
+from msglake.formats.options import HostPort, Options
+from msglake.schemas.messages import DEFAULT_PRIORITY, TS
 
 NAME = "nsq-ext"
 SOURCE_FORMAT = "nsq_ext"
@@ -284,22 +285,31 @@ def decode_chunk(
     return ChunkDecode(source_batch(columns, m), int((n[rows] + 4).sum()))
 
 
+class NsqExtOptions(Options):
+    """Options of the ``nsq-ext`` format."""
+
+    #: Value of ``storeHost`` for every row: nsqd's segments do not record the broker's address.
+    storeHost: HostPort | None = None
+
+
 class NsqExtCodec:
     """The ``nsq-ext`` format: scan a data path of topic folders and decode their segments.
 
     Parameters
     ----------
-    store_host : str, optional
-        Value of ``storeHost`` for every row (the segments do not record the broker).
+    options : NsqExtOptions, optional
+        The format's options; or give them as keywords (``NsqExtCodec(storeHost="10.0.0.5:4150")``).
     chunk_bytes : int
         Bytes decoded per step.
     """
 
     name = NAME
     source_format = SOURCE_FORMAT
+    Options = NsqExtOptions
 
-    def __init__(self, store_host: str | None = None, chunk_bytes: int = CHUNK_BYTES):
-        self.store_host = store_host
+    def __init__(self, options: NsqExtOptions | None = None, /, *, chunk_bytes: int = CHUNK_BYTES, **fields):
+        self.options = options if options is not None else NsqExtOptions(**fields)
+        self.store_host = self.options.storeHost
         self.chunk_bytes = chunk_bytes
         # path -> (size walked, boundary found): segments without a writer meta are walked
         # once, then only their new bytes.

@@ -1,7 +1,7 @@
 """JSON ext headers of NSQ records -> unified-schema columns, column by column.
 
 A chunk whose headers are all compact objects of string and integer values (what clients
-write) is read without Python objects, by :func:`scan_headers` (:mod:`formats.nsq_json`).
+write) is read without Python objects, by :func:`scan_headers` (:mod:`msglake.formats.nsq_json`).
 Any other chunk is parsed per record (orjson; :func:`load_headers` maps the parser over the
 chunk), and every (key, value) pair is then flattened once, with C-level iterators, into one
 key list and one value list. Either way the ``headers`` and ``properties`` maps and every
@@ -20,8 +20,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from formats.nsq_json import Pairs, scan
-from schemas.messages import TS
+from msglake.formats.nsq_json import Pairs, scan
+from msglake.schemas.messages import TS
 
 TRACE_KEY = "##trace_id"
 TAG_KEY = "##client_dispatch_tag"
@@ -123,7 +123,7 @@ def load_headers(raws: list[bytes]) -> tuple[list[dict], list[int], dict[int, st
 
 def scan_headers(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray
                  ) -> tuple[Pairs, list[int], dict[int, str]] | None:
-    """:func:`load_headers` for the headers ``buf[starts[i]:ends[i]]`` read by :func:`formats.nsq_json.scan`.
+    """:func:`load_headers` for the headers ``buf[starts[i]:ends[i]]`` read by :func:`msglake.formats.nsq_json.scan`.
 
     None when the chunk's headers are not all simple (or a ``##trace_id`` is an integer):
     parse them with :func:`load_headers`.

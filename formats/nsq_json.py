@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from formats.base import binary_array, gather_slices
+from msglake.formats.base import binary_array, gather_slices
 
 _TEXT, _OPEN, _CLOSE, _COLON, _COMMA, _QUOTE, _DIGIT, _MINUS, _BAD = range(9)
 _CLASS = np.full(256, _BAD, np.int8)
@@ -33,7 +33,7 @@ class Pairs:
 
     ``counts`` pairs per header; ``code`` of each pair's key in ``names``; ``is_int`` whether
     the value is an integer (else a string); ``texts`` the value as text (an integer's digits
-    as written, which is how :func:`formats.nsq_headers.as_text` writes it).
+    as written, which is how :func:`msglake.formats.nsq_headers.as_text` writes it).
     """
 
     def __init__(self, counts: np.ndarray, names: list[str], code: np.ndarray, is_int: np.ndarray, texts: pa.Array):

@@ -1,4 +1,4 @@
-"""youzan/nsq disk-queue names and meta files (shared/specs/nsq-ext-segment.md §2)."""
+"""youzan/nsq disk-queue names and meta files (docs/nsq-ext-segment.md §2)."""
 from __future__ import annotations
 
 import os

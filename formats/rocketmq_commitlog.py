@@ -11,7 +11,7 @@ and a file ends with a blank record (TOTALSIZE = the space left, BLANK magic) or
 file being written, with zeros. Framing is walked record by record (the TOTALSIZE chain,
 each step checked against the magic and PHYSICALOFFSET = file start + position); every
 field is then read for all records of a chunk at once with NumPy, and properties are parsed
-with Arrow string kernels (:mod:`formats.rocketmq_properties`).
+with Arrow string kernels (:mod:`msglake.formats.rocketmq_properties`).
 
 Bad bytes never stop a read: a record that fails a check is quarantined whole; where the
 framing itself is broken (bad magic, impossible TOTALSIZE), the reader searches forward for
@@ -25,16 +25,18 @@ import os
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Annotated, Iterator
 
 import cramjam
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import AfterValidator
 
-from formats import rocketmq_layout as L
-from formats import rocketmq_properties as P
-from formats.base import (
+from msglake.formats import rocketmq_layout as L
+from msglake.formats import rocketmq_properties as P
+from msglake.formats.options import Options, PositiveInt
+from msglake.formats.base import (
     DecodeResult,
     QuarantineBuilder,
     ScanResult,
@@ -50,7 +52,7 @@ from formats.base import (
     shrink_loss,
     source_batch,
 )
-from schemas.messages import DEFAULT_PRIORITY, TS
+from msglake.schemas.messages import DEFAULT_PRIORITY, TS
 
 NAME = "rocketmq-commitlog"
 SOURCE_FORMAT = "rocketmq_commitlog"
@@ -390,34 +392,47 @@ def _unwrap(buf: np.ndarray, a: int, b: int) -> list[tuple[int, int, int, int, i
     return out
 
 
+def _delay_table(v: str) -> str:
+    L.parse_delay_levels(v)
+    return v
+
+
+class RocketMqOptions(Options):
+    """Options of the ``rocketmq-commitlog`` format."""
+
+    #: The broker's ``messageDelayLevel`` table, for ``delayTime`` of DELAY-level messages.
+    delayLevels: Annotated[str, AfterValidator(_delay_table)] = L.DEFAULT_DELAY_LEVELS
+    #: Return producer-compressed bodies decompressed (zlib, lz4 frame, zstd); by default bodies
+    #: are kept as stored and ``compression`` names the codec.
+    decompress: bool = False
+    #: ``mappedFileSizeCommitLog``; by default the size of the most common file.
+    fileSize: PositiveInt | None = None
+    #: Check each body against BODYCRC (the broker's ``checkCRCOnRecover``); a mismatch is
+    #: quarantined. Turn off only for files whose CRCs are known not to be set.
+    verifyCrc: bool = True
+
+
 class RocketMqCommitLogCodec:
     """The ``rocketmq-commitlog`` format: a broker's store (or its ``commitlog`` folder).
 
     Parameters
     ----------
-    delay_levels : str
-        The broker's ``messageDelayLevel`` table, for ``delayTime`` of DELAY-level messages.
-    decompress : bool
-        Return compressed bodies decompressed (zlib, lz4 frame, zstd); by default bodies are
-        kept as stored and ``compression`` names the codec.
-    file_size : int, optional
-        ``mappedFileSizeCommitLog``; by default the size of the most common file.
-    verify_crc : bool
-        Check each body against BODYCRC (the broker's ``checkCRCOnRecover``); a mismatch
-        is quarantined. Turn off only for files whose CRCs are known not to be set.
+    options : RocketMqOptions, optional
+        The format's options; or give them as keywords (``RocketMqCommitLogCodec(verifyCrc=False)``).
     chunk_bytes : int
         Bytes decoded per step.
     """
 
     name = NAME
     source_format = SOURCE_FORMAT
+    Options = RocketMqOptions
 
-    def __init__(self, delay_levels: str = L.DEFAULT_DELAY_LEVELS, decompress: bool = False,
-                 file_size: int | None = None, verify_crc: bool = True, chunk_bytes: int = CHUNK_BYTES):
-        self.delay_levels = np.asarray(L.parse_delay_levels(delay_levels), np.int64)
-        self.decompress = decompress
-        self.verify_crc = verify_crc
-        self.file_size = file_size
+    def __init__(self, options: RocketMqOptions | None = None, /, *, chunk_bytes: int = CHUNK_BYTES, **fields):
+        self.options = options if options is not None else RocketMqOptions(**fields)
+        self.delay_levels = np.asarray(L.parse_delay_levels(self.options.delayLevels), np.int64)
+        self.decompress = self.options.decompress
+        self.verify_crc = self.options.verifyCrc
+        self.file_size = self.options.fileSize
         self.chunk_bytes = chunk_bytes
         # path -> (committed end, data end) of the file being written, so each scan walks
         # only the records appended since the last one.

@@ -1,4 +1,4 @@
-"""Apache RocketMQ store layout: constants, names, properties, ids (shared/specs/rocketmq-commitlog.md).
+"""Apache RocketMQ store layout: constants, names, properties, ids (docs/rocketmq-commitlog.md).
 
 Plain-Python reference versions of the rules the vectorised decoder applies to whole
 buffers; the writer and the tests use them record by record.

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formats import rocketmq_layout as L
+from msglake.formats import rocketmq_layout as L
 
 OFFSETS_FILE = os.path.join("config", "consumerOffset.json")
 CQ_ENTRY = 20

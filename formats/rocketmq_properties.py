@@ -1,6 +1,6 @@
 """RocketMQ property strings -> Arrow columns, for a whole batch at once.
 
-The same rules as :func:`formats.rocketmq_layout.string_to_properties` (the broker's
+The same rules as :func:`msglake.formats.rocketmq_layout.string_to_properties` (the broker's
 ``string2messageProperties``), applied with Arrow string kernels to every record of a
 batch: split on 0x02, split each piece at its first 0x01, drop pieces with an empty name
 or value and the ``__CRC32#`` trailer, keep the last of duplicate names. One difference on
@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from formats.rocketmq_layout import CRC32_KEY, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, RESERVED_KEYS
+from msglake.formats.rocketmq_layout import CRC32_KEY, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, RESERVED_KEYS
 
 
 @dataclass

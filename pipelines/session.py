@@ -6,17 +6,24 @@ import os
 import sys
 from pathlib import Path
 
-from pipelines.settings import REPO_ROOT, Settings
+from msglake.conf import HERE as CONF_DIR, LOG4J
+from msglake.errors import SetupError
+from msglake.pipelines.settings import Settings
 
-
-class MissingJarsError(RuntimeError):
-    """The Delta jars are not where the session factory looks for them."""
+#: The checkout msglake runs from, when it does (an editable install): ``make setup`` puts the
+#: jars in its ``.jars``. None for an installed wheel.
+CHECKOUT = CONF_DIR.parent if (CONF_DIR.parent / "jars" / "pom.xml").is_file() else None
 
 
 def jars_dir(settings: Settings) -> Path:
-    """Where the Delta jars are: ``spark.jarsDir``, else ``$MSGLAKE_JARS_DIR``, else ``<repo>/.jars``."""
-    chosen = settings.spark.jarsDir or os.environ.get("MSGLAKE_JARS_DIR")
-    return Path(chosen).resolve() if chosen else REPO_ROOT / ".jars"
+    """Where the Delta jars are: ``spark.jarsDir`` (or ``$MSGLAKE_JARS_DIR``), else ``./.jars``
+    when it holds them, else the ``.jars`` of the checkout msglake runs from."""
+    if settings.spark.jarsDir:
+        return Path(settings.spark.jarsDir).resolve()
+    here = Path(".jars").resolve()
+    if CHECKOUT is None or any(here.glob("delta-spark_*.jar")):
+        return here
+    return CHECKOUT / ".jars"
 
 
 def delta_jars(settings: Settings) -> list[str]:
@@ -24,7 +31,7 @@ def delta_jars(settings: Settings) -> list[str]:
     folder = jars_dir(settings)
     jars = sorted(glob.glob(str(folder / "*.jar")))
     if not any(os.path.basename(j).startswith("delta-spark_") for j in jars):
-        raise MissingJarsError(
+        raise SetupError(
             f"the Delta Lake jars are not in {folder}. Fetch them once from Maven Central with "
             f"`make setup` (it runs `mvn -f jars/pom.xml dependency:copy-dependencies "
             f"-DoutputDirectory={folder}`), or point spark.jarsDir / MSGLAKE_JARS_DIR at a folder "
@@ -51,14 +58,14 @@ def build_session(settings: Settings, app_name: str | None = None, master: str |
     ``spark.conf`` entries of the settings override the defaults set here.
 
     On a cluster master (``spark://``, ``yarn``, ``k8s://``) the executors get msglake's code
-    as a zip (:func:`pipelines.package.build_pyfiles`) and the Delta jars through ``spark.jars``
-    (served by the driver). Under ``spark-submit`` (:mod:`pipelines.submit`) the master, jars
+    as a zip (:func:`msglake.pipelines.io.package.build_pyfiles`) and the Delta jars through ``spark.jars``
+    (served by the driver). Under ``spark-submit`` (:mod:`msglake.pipelines.submit`) the master, jars
     and py-files given to spark-submit are used as they are.
     """
     from pyspark.sql import SparkSession
 
-    from pipelines.catalog import register_tables
-    from pipelines.source import MsglakeDataSource
+    from msglake.pipelines.io.catalog import register_tables
+    from msglake.pipelines.io.source import MsglakeDataSource
 
     # The hostname resolves oddly on some machines: keep Spark on loopback unless told otherwise.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -82,9 +89,8 @@ def build_session(settings: Settings, app_name: str | None = None, master: str |
     builder = SparkSession.builder.appName(app_name or settings.spark.appName)
     master = master or settings.spark.master
     if not submitted():
-        log4j = REPO_ROOT / "conf" / "log4j2.properties"
         conf["spark.jars"] = ",".join(delta_jars(settings))
-        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{log4j}"
+        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{LOG4J}"
         builder = builder.master(master)
     conf.update({k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in settings.spark.conf.items()})
     for k, v in conf.items():
@@ -92,7 +98,7 @@ def build_session(settings: Settings, app_name: str | None = None, master: str |
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if not submitted() and not is_local(master):
-        from pipelines.package import build_pyfiles
+        from msglake.pipelines.io.package import build_pyfiles
 
         spark.sparkContext.addPyFile(build_pyfiles())
     spark.dataSource.register(MsglakeDataSource)

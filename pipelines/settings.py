@@ -1,29 +1,37 @@
-"""Typed, validated settings loaded from ``conf/`` YAML.
+"""Typed, validated settings: the embedded default, overlaid by the user's YAML and the environment.
 
 Every key is checked before any data is read: an unknown key or a wrong type fails with
-the key's path, e.g. ``sources.0.storeHost: Input should be a valid string``.
+the key's path, e.g. ``sources.0.storeHost: expected host:port, got 'nsqd'``.
+
+Where settings come from, each overlaying the one before key by key (:func:`load`):
+
+1. ``msglake.conf``'s ``base/msglake.yaml``, shipped inside the package (the embedded default);
+2. ``conf/local/msglake.yaml`` under the directory msglake runs in, when present (git-ignored);
+3. the file given by ``--conf`` / ``$MSGLAKE_CONF``;
+4. ``$MSGLAKE_LAKE_ROOT``, ``$MSGLAKE_SPARK_MASTER``, ``$MSGLAKE_JARS_DIR``.
+
+Mappings merge key by key; a list (``sources``) or a plain value replaces the one before, and
+``null`` removes a key (back to its built-in default).
 """
 from __future__ import annotations
 
 import os
-import re
+from importlib import resources
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from formats.registry import CODECS, OPTION_NAMES, inapplicable
+from msglake.conf import DEFAULT_SETTINGS
+from msglake.errors import ConfigError
+from msglake.formats.options import PositiveInt, describe
+from msglake.formats.registry import CODECS
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CONF = REPO_ROOT / "conf" / "base" / "msglake.yaml"
-LOCAL_CONF = REPO_ROOT / "conf" / "local" / "msglake.yaml"
+#: The user's local overlay, relative to the directory msglake runs in.
+LOCAL_CONF = Path("conf", "local", "msglake.yaml")
 
 FORMATS = tuple(CODECS)
-
-
-class SettingsError(ValueError):
-    """Configuration that cannot be used; the message names the file and the key."""
 
 
 class _Strict(BaseModel):
@@ -39,6 +47,10 @@ class LakeSettings(_Strict):
     def checkpoint_path(self, name: str) -> str:
         return str(Path(self.root, "_checkpoints", name).resolve())
 
+    def log_dir(self) -> str:
+        """Where Spark's own log lines go (``<root>/_logs``): not to the user's terminal."""
+        return str(Path(self.root, "_logs").resolve())
+
 
 ConfValue = str | int | float | bool
 
@@ -46,63 +58,36 @@ ConfValue = str | int | float | bool
 class SparkSettings(_Strict):
     master: str = "local[2]"
     appName: str = "msglake"
-    #: Folder holding the Delta jars; default ``<repo>/.jars`` (filled by ``make setup``).
+    #: Folder holding the Delta jars (see :func:`msglake.pipelines.session.jars_dir`).
     jarsDir: str | None = None
     conf: dict[str, ConfValue] = Field(default_factory=dict)
 
 
-PositiveInt = Annotated[int, Field(gt=0)]
-
-
-class SourceSettings(_Strict):
-    """One broker data folder to ingest.
-
-    ``path`` is an nsqd ``--data-path`` (``nsq-ext``) or a RocketMQ store root or its
-    ``commitlog`` folder (``rocketmq-commitlog``). Format options: ``storeHost`` (nsq-ext:
-    the broker address the segments do not record); ``delayLevels`` (the broker's
-    ``messageDelayLevel``), ``decompress``, ``fileSize`` and ``verifyCrc`` (rocketmq-commitlog).
-    """
+class _Source(_Strict):
+    """What every source entry has; its format's options come from the codec's options model."""
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
-    format: Literal[FORMATS]  # type: ignore[valid-type]
     path: str
+    #: Segment bytes per micro-batch of this source (default: ``ingest.maxBytesPerTrigger``).
     maxBytesPerTrigger: PositiveInt | None = None
-    storeHost: str | None = None
-    delayLevels: str | None = None
-    decompress: bool | None = None
-    fileSize: PositiveInt | None = None
-    verifyCrc: bool | None = None
 
-    @field_validator("storeHost")
-    @classmethod
-    def _host_port(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^\[?[0-9A-Za-z.:-]+\]?:\d{1,5}$", v):
-            raise ValueError(f"expected host:port, got {v!r}")
-        return v
+    def codec_options(self):
+        """The format options of this entry, as the codec's own options model."""
+        options = type(self).codec_options_model
+        return options.model_validate({k: getattr(self, k) for k in options.model_fields})
 
-    @field_validator("delayLevels")
-    @classmethod
-    def _levels(cls, v: str | None) -> str | None:
-        if v is not None:
-            from formats.rocketmq_layout import parse_delay_levels
 
-            parse_delay_levels(v)
-        return v
+def _source_model(fmt: str, codec) -> type[_Source]:
+    """``sources`` entries of format ``fmt``: the common fields plus the codec's options model's."""
+    model = create_model(f"{codec.Options.__name__}Source", __base__=(_Source, codec.Options),
+                         format=(Literal[fmt], ...))  # type: ignore[valid-type]
+    model.codec_options_model = codec.Options
+    return model
 
-    @model_validator(mode="after")
-    def _options_fit_the_format(self) -> "SourceSettings":
-        wrong = inapplicable(self.format, self.options())
-        if wrong:
-            raise ValueError(f"{', '.join(wrong)}: not an option of format {self.format!r}")
-        return self
 
-    def options(self) -> dict:
-        """The format options that are set, by their settings names."""
-        return {k: getattr(self, k) for k in OPTION_NAMES if getattr(self, k) is not None}
-
-    def codec_kwargs(self) -> dict:
-        """The same options as codec keyword arguments."""
-        return {OPTION_NAMES[k]: v for k, v in self.options().items()}
+#: One ``sources`` entry: which model validates it is chosen by its ``format``.
+SourceSettings = Annotated[Union[tuple(_source_model(f, c) for f, c in CODECS.items())],  # type: ignore[misc]
+                           Field(discriminator="format")]
 
 
 class IngestSettings(_Strict):
@@ -118,7 +103,7 @@ NonNegativeInt = Annotated[int, Field(ge=0)]
 
 
 class TopicPolicy(_Strict):
-    """Delivery rules of the topics a pattern matches (shared/specs/semantics.md §1); all optional."""
+    """Delivery rules of the topics a pattern matches (docs/semantics.md §1); all optional."""
 
     messageTtlMs: NonNegativeInt | None = None
     deadLetterTopic: str | None = None
@@ -143,7 +128,7 @@ def _rule_levels_model():
     or level fails like any other key."""
     from pydantic import create_model
 
-    from quality.rules import LEVELS, RULES
+    from msglake.quality.rules import LEVELS, RULES
 
     level = Literal[LEVELS]  # type: ignore[valid-type]
     return create_model("RuleLevels", __base__=_Strict, **{n: (level, r.default) for n, r in RULES.items()})
@@ -164,7 +149,7 @@ class QualitySettings(_Strict):
     reportDir: str | None = None
 
     def rule_context(self, policies: dict[str, TopicPolicy]):
-        from quality.rules import RuleContext
+        from msglake.quality.rules import RuleContext
 
         return RuleContext(policy_dicts(policies), self.maxMessageBytes, self.clockSkewMs)
 
@@ -178,7 +163,7 @@ class Settings(_Strict):
     #: then the pattern with the most literal characters).
     policies: dict[str, TopicPolicy] = Field(default_factory=dict)
     spark: SparkSettings = Field(default_factory=SparkSettings)
-    sources: list[SourceSettings] = Field(default_factory=list)
+    sources: list[SourceSettings] = Field(default_factory=list)  # type: ignore[valid-type]
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     quality: QualitySettings = Field(default_factory=QualitySettings)
 
@@ -190,33 +175,83 @@ class Settings(_Strict):
         if name is None:
             if len(self.sources) != 1:
                 names = [s.name for s in self.sources]
-                raise SettingsError(f"sources: give a source name, one of {names}")
+                raise ConfigError(f"sources: give a source name, one of {names}")
             return self.sources[0]
         for s in self.sources:
             if s.name == name:
                 return s
-        raise SettingsError(f"sources: no source named {name!r} (have {[s.name for s in self.sources]})")
+        raise ConfigError(f"sources: no source named {name!r} (have {[s.name for s in self.sources]})")
 
 
-def _merge(base: dict, over: dict) -> dict:
+def merge(base: dict, over: dict) -> dict:
+    """``over`` laid on ``base``: mappings merge key by key, other values replace, ``None`` removes.
+
+    >>> merge({"spark": {"master": "local[2]", "conf": {"a": 1}}}, {"spark": {"conf": {"b": 2}}, "x": None})
+    {'spark': {'master': 'local[2]', 'conf': {'a': 1, 'b': 2}}}
+    """
     out = dict(base)
     for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        if v is None:
+            out.pop(k, None)
+        elif isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = v
     return out
 
 
 def _read_yaml(path: Path) -> dict:
     try:
-        doc = yaml.safe_load(path.read_text())
+        text = path.read_text()
     except FileNotFoundError:
-        raise SettingsError(f"{path}: settings file not found") from None
+        raise ConfigError(f"{path}: settings file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a settings file") from None
+    except PermissionError:
+        raise ConfigError(f"{path}: not readable (permission denied)") from None
+    return _parse_yaml(text, path)
+
+
+def _parse_yaml(text: str, origin) -> dict:
+    try:
+        doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise SettingsError(f"{path}: not valid YAML: {e}") from None
+        raise ConfigError(f"{origin}: not valid YAML: {' '.join(str(e).split())}") from None
     if doc is None:
         return {}
     if not isinstance(doc, dict):
-        raise SettingsError(f"{path}: the top level must be a mapping of sections")
+        raise ConfigError(f"{origin}: the top level must be a mapping of sections")
     return doc
+
+
+def default_document() -> dict:
+    """The embedded default settings (``msglake.conf``'s ``base/msglake.yaml``) as a mapping.
+
+    Read as package data, not as a path: on a cluster executor msglake runs from a zip.
+    """
+    text = resources.files("msglake.conf").joinpath("base", "msglake.yaml").read_text()
+    return _parse_yaml(text, DEFAULT_SETTINGS)
+
+
+def _problems(error: ValidationError, doc: dict) -> list[str]:
+    """Pydantic's errors as ``key: problem``; a source option of another format says so."""
+    lines = []
+    for line, err in zip(describe(error), error.errors()):
+        loc = err["loc"]
+        if err["type"] in ("union_tag_invalid", "union_tag_not_found") and loc[:1] == ("sources",):
+            tag = err.get("ctx", {}).get("tag")
+            line = (f"{'.'.join(map(str, loc))}.format: {tag!r} is not a known format; use one of {list(CODECS)}"
+                    if tag else f"{'.'.join(map(str, loc))}.format: required, one of {list(CODECS)}")
+        elif len(loc) >= 3 and loc[0] == "sources" and loc[2] in CODECS:
+            # A source entry's errors carry its format as a path step: leave it out of the key.
+            rest = ".".join(str(p) for p in loc[3:])
+            key = f"sources.{loc[1]}" + (f".{rest}" if rest else "")
+            if err["type"] == "extra_forbidden":
+                line = f"sources.{loc[1]}: {rest}: not an option of format {loc[2]!r}"
+            else:
+                line = key + line[line.index(":"):]
+        lines.append(line)
+    return lines
 
 
 def from_dict(doc: dict, origin: str = "<settings>") -> Settings:
@@ -224,39 +259,29 @@ def from_dict(doc: dict, origin: str = "<settings>") -> Settings:
     try:
         return Settings.model_validate(doc)
     except ValidationError as e:
-        problems = []
-        for err in e.errors():
-            key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            msg = err["msg"]
-            if err["type"] == "extra_forbidden":
-                msg = "unknown key"
-            elif "input" in err and not isinstance(err["input"], (dict, list)):
-                msg += f" (got {err['input']!r})"
-            problems.append(f"{key}: {msg}")
-        raise SettingsError(f"{origin}: invalid settings\n  " + "\n  ".join(problems)) from None
+        raise ConfigError(f"{origin}: invalid settings: " + "; ".join(_problems(e, doc))) from None
 
 
 def load(path: str | os.PathLike | None = None, env: dict[str, str] | None = None) -> Settings:
-    """Load settings: ``path`` (or ``$MSGLAKE_CONF``, or ``conf/base`` + ``conf/local``), then env overrides.
+    """The settings: the embedded default overlaid by ``conf/local``, ``path`` (or ``$MSGLAKE_CONF``)
+    and the environment (see the module docstring).
 
     Examples
     --------
-    >>> load().lake.root
-    'lake'
+    >>> load(env={}).spark.master
+    'local[2]'
+    >>> load(env={"MSGLAKE_LAKE_ROOT": "/data/lake"}).lake.root
+    '/data/lake'
     """
     env = os.environ if env is None else env
+    doc, origins = default_document(), [str(DEFAULT_SETTINGS)]
     chosen = path or env.get("MSGLAKE_CONF")
-    if chosen:
-        origin = str(chosen)
-        doc = _read_yaml(Path(chosen))
-    else:
-        origin = str(DEFAULT_CONF)
-        doc = _read_yaml(DEFAULT_CONF)
-        if LOCAL_CONF.exists():
-            doc = _merge(doc, _read_yaml(LOCAL_CONF))
-            origin += f" + {LOCAL_CONF}"
-    if env.get("MSGLAKE_LAKE_ROOT"):
-        doc = _merge(doc, {"lake": {"root": env["MSGLAKE_LAKE_ROOT"]}})
-    if env.get("MSGLAKE_SPARK_MASTER"):
-        doc = _merge(doc, {"spark": {"master": env["MSGLAKE_SPARK_MASTER"]}})
-    return from_dict(doc, origin)
+    for layer in (LOCAL_CONF if LOCAL_CONF.is_file() else None, Path(chosen) if chosen else None):
+        if layer is not None:
+            doc = merge(doc, _read_yaml(layer))
+            origins.append(str(layer))
+    overrides = {"lake": {"root": env.get("MSGLAKE_LAKE_ROOT")},
+                 "spark": {"master": env.get("MSGLAKE_SPARK_MASTER"), "jarsDir": env.get("MSGLAKE_JARS_DIR")}}
+    for section, values in overrides.items():
+        doc = merge(doc, {section: {k: v for k, v in values.items() if v}})
+    return from_dict(doc, " + ".join(origins))

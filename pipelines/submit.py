@@ -17,7 +17,7 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     os.environ["MSGLAKE_SPARK_SUBMIT"] = "1"  # read by pipelines.session.build_session
-    from pipelines.cli import main as cli
+    from msglake.pipelines.cli import main as cli
 
     return cli(sys.argv[1:] if argv is None else argv)
 

@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from html import escape
 
-from quality.charts import bar_chart, format_number, histogram, stacked_series
+from msglake.quality.charts import bar_chart, format_number, histogram, stacked_series
 
 #: Longest sample value shown in full; a message body can be megabytes.
 MAX_CELL_CHARS = 300

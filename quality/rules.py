@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, functions as F
 
-from transforms.semantics import MAX_PRIORITY, MIN_PRIORITY, Policies, delay_exceeds_max, policy_value
+from msglake.transforms.semantics import MAX_PRIORITY, MIN_PRIORITY, Policies, delay_exceeds_max, policy_value
 
 LEVELS = ("off", "warn", "quarantine", "fail")
 
 #: RocketMQ message ids: the broker's offset msgId and the client UNIQ_KEY are 16 or 28 bytes
-#: in hex (IPv4 / IPv6), the proxy's v1 UNIQ_KEY 17 bytes (shared/specs/rocketmq-commitlog.md §4).
+#: in hex (IPv4 / IPv6), the proxy's v1 UNIQ_KEY 17 bytes (docs/rocketmq-commitlog.md §4).
 ROCKETMQ_ID = r"^([0-9A-Fa-f]{32}|[0-9A-Fa-f]{34}|[0-9A-Fa-f]{56})$"
 #: NSQ message ids as msglake writes them: the 8-byte id in decimal.
 NSQ_ID = r"^[0-9]{1,20}$"
@@ -138,10 +138,6 @@ RULES: dict[str, Rule] = {
 }
 
 CHECKS_COLUMN = "_checks"
-
-
-class QualityRuleFailed(RuntimeError):
-    """A ``fail``-level rule matched rows of a micro-batch; nothing of the batch was written."""
 
 
 def active(levels: Mapping[str, str]) -> dict[str, str]:

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import Column, DataFrame, functions as F
 
-from quality import rules as R
-from schemas.semantics import REASONS, STATES
+from msglake.quality import rules as R
+from msglake.schemas.semantics import REASONS, STATES
 
 TABLES = ("messages", "dead_letters", "quarantine")
 

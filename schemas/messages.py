@@ -1,4 +1,4 @@
-"""The unified message schema (shared/specs/message-schema.md), column by column.
+"""The unified message schema (docs/message-schema.md), column by column.
 
 Groups follow the spec. ``DECODED_SCHEMA`` is what a codec produces from segment bytes;
 ``MESSAGE_SCHEMA`` adds lineage (written by the sink) and the columns derived by the
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from schemas.tables import TableSpec
+from msglake.schemas.tables import TableSpec
 
 TS = pa.timestamp("us", tz="UTC")
 STR_MAP = pa.map_(pa.string(), pa.string())

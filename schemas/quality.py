@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from schemas.messages import APPEND_TABLE_PROPERTIES, TS
-from schemas.tables import TableSpec
+from msglake.schemas.messages import APPEND_TABLE_PROPERTIES, TS
+from msglake.schemas.tables import TableSpec
 
 QUALITY_RESULTS_SCHEMA = pa.schema(
     [

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from schemas.messages import APPEND_TABLE_PROPERTIES, LINEAGE, TS
-from schemas.tables import TableSpec
+from msglake.schemas.messages import APPEND_TABLE_PROPERTIES, LINEAGE, TS
+from msglake.schemas.tables import TableSpec
 
 #: Location of a quarantined record. ``topic``/``partition`` are null when the
 #: file or folder name itself did not parse.

@@ -1,4 +1,4 @@
-"""Tables of the semantics engine (shared/specs/semantics.md): what consumers did, and states as of ``T``.
+"""Tables of the semantics engine (docs/semantics.md): what consumers did, and states as of ``T``.
 
 - ``consumer_events``: an optional input, loaded from JSON lines (``msglake events load``): one
   line per thing a consumer did with a message.
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from schemas.messages import APPEND_TABLE_PROPERTIES, DEATH, TS
-from schemas.tables import TableSpec
+from msglake.schemas.messages import APPEND_TABLE_PROPERTIES, DEATH, TS
+from msglake.schemas.tables import TableSpec
 
 #: Consumer actions (AMQP vocabulary): ``delivered`` (handed to a consumer), ``acked`` (consumed),
 #: ``rejected`` (rejected without requeue: dead-letters with reason ``rejected``), ``requeued``

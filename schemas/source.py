@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from schemas.messages import DECODED_SCHEMA
-from schemas.quarantine import QUARANTINE_DETAIL, QUARANTINE_LOCATION
+from msglake.schemas.messages import DECODED_SCHEMA
+from msglake.schemas.quarantine import QUARANTINE_DETAIL, QUARANTINE_LOCATION
 
 _decoded = [f.with_nullable(True) for f in DECODED_SCHEMA]
 _extra = [

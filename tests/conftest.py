@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines import settings as settings_mod
+from msglake.pipelines import settings as settings_mod
 
 
 def make_settings(lake_root, source_path=None, fmt: str = "nsq-ext", source: dict | None = None,
                   **ingest) -> settings_mod.Settings:
     """Settings of the committed default, with the lake (and one source) moved to test folders."""
-    base = settings_mod.load(settings_mod.DEFAULT_CONF, env={})
-    doc = base.model_dump()
+    doc = settings_mod.from_dict(settings_mod.default_document()).model_dump()
     doc["lake"]["root"] = str(lake_root)
     doc["spark"]["conf"]["spark.sql.shuffle.partitions"] = "2"
     if source_path is not None:
@@ -23,8 +22,8 @@ def make_settings(lake_root, source_path=None, fmt: str = "nsq-ext", source: dic
 def two_broker_settings(tmp_path, nsq_messages: int, rocketmq_messages: int, lake: str = "lake",
                         rocketmq_path: str = "store") -> settings_mod.Settings:
     """Sample NSQ data (``tmp_path/nsq``) and a RocketMQ store, as sources ``nsq`` and ``rmq`` of one lake."""
-    from formats.nsq_samples import generate as generate_nsq
-    from formats.rocketmq_samples import generate as generate_rocketmq
+    from msglake.samples.nsq import generate as generate_nsq
+    from msglake.samples.rocketmq import generate as generate_rocketmq
 
     generate_nsq(str(tmp_path / "nsq"), nsq_messages, max_bytes_per_file=64 << 10)
     generate_rocketmq(str(tmp_path / "store"), rocketmq_messages, file_size=64 << 10)
@@ -36,9 +35,18 @@ def two_broker_settings(tmp_path, nsq_messages: int, rocketmq_messages: int, lak
     return settings_mod.from_dict(doc, "test settings")
 
 
+def assert_rows(actual, expected_rows, ignore_row_order: bool = False) -> None:
+    """chispa's DataFrame equality of ``actual`` against rows written in Python, read in ``actual``'s
+    schema (so a test states values, not Spark types)."""
+    from chispa import assert_df_equality
+
+    expected = actual.sparkSession.createDataFrame(expected_rows, actual.schema)
+    assert_df_equality(actual, expected, ignore_nullable=True, ignore_row_order=ignore_row_order)
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
-    from pipelines.session import build_session
+    from msglake.pipelines.session import build_session
 
     settings = make_settings(tmp_path_factory.mktemp("lake"))
     session = build_session(settings, app_name="msglake-tests")
@@ -55,9 +63,9 @@ def replayed(spark, tmp_path_factory):
     import datetime as dt
     import json
 
-    from pipelines import cli
-    from pipelines.ingest import ingest
-    from pipelines.replay import load_events_table
+    from msglake.pipelines import cli
+    from msglake.pipelines.jobs.ingest import ingest
+    from msglake.pipelines.jobs.replay import load_events_table
 
     tmp_path = tmp_path_factory.mktemp("replayed")
     settings = two_broker_settings(tmp_path, 300, 200)

@@ -1,4 +1,4 @@
-"""The life of every message copy up to an evaluation time ``T`` (shared/specs/semantics.md §3-7).
+"""The life of every message copy up to an evaluation time ``T`` (docs/semantics.md §3-7).
 
 Input: message rows in the unified schema, topic policies, ``T`` and, optionally, what
 consumers did (consumer events, consumer-offset snapshots). Output: every copy of every
@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Window, functions as F
 
-from transforms.semantics import (
+from msglake.transforms.semantics import (
     Policies,
     plus_ms,
     deliver_at,
@@ -94,7 +94,7 @@ def _micros(c: Column) -> Column:
 
 def death_entry(queue: Column, reason: Column, time: Column, exchange: Column, routing_keys: Column,
                 original_expiration: Column) -> Column:
-    """One x-death entry (schemas.messages.DEATH) with count 1."""
+    """One x-death entry (msglake.schemas.messages.DEATH) with count 1."""
     return F.struct(
         queue.alias("queue"), reason.alias("reason"), F.lit(1).cast("bigint").alias("count"),
         time.alias("time"), exchange.alias("exchange"), routing_keys.alias("routingKeys"),
@@ -213,7 +213,7 @@ def copy_columns(policies: Policies) -> list[Column]:
     ]
 
 
-#: ``deathHistory`` as a Spark type string (schemas.messages.DEATH).
+#: ``deathHistory`` as a Spark type string (msglake.schemas.messages.DEATH).
 HISTORY_TYPE = ("array<struct<queue:string,reason:string,count:bigint,time:timestamp,exchange:string,"
                 "routingKeys:array<string>,originalExpiration:string>>")
 

@@ -6,7 +6,7 @@ event-time timers at ``deliverAt`` and ``expireAt``; when the watermark passes t
 ``ready``, or the copy's death. A death routed to a dead-letter topic makes the next copy
 (logged as ``stored``/``ready``, emitted as a ``dead_letters`` row) under the same key, with a
 timer for its new topic's TTL, so chains of dead-letter topics, cycles and the hop bound work
-as in :func:`transforms.lifecycle.evaluate`, which computes the same events in bulk.
+as in :func:`msglake.transforms.lifecycle.evaluate`, which computes the same events in bulk.
 
 What a stream cannot know when it runs, it leaves to ``msglake replay``: consumer events
 and offsets (consumption, rejections, requeues), overflow (``maxLength``), per-message expiry
@@ -21,8 +21,8 @@ import orjson
 from pyspark.sql import Row
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
-from transforms.lifecycle import copy_row_id, record_death_entry
-from transforms.semantics import policy_for
+from msglake.transforms.lifecycle import copy_row_id, record_death_entry
+from msglake.transforms.semantics import policy_for
 
 #: The processor's output: log events (kind "event") and dead-lettered copies (kind "copy").
 OUTPUT_SCHEMA = (
@@ -108,7 +108,7 @@ class LifecycleProcessor(StatefulProcessor):
         yield from self._schedule(c, watermark_ms)
 
     def _die(self, c: dict, reason: str, time_us: int, watermark_ms: int) -> Iterator[Row]:
-        """semantics.md §5 for one copy: the same decisions as ``transforms.lifecycle.fates``."""
+        """semantics.md §5 for one copy: the same decisions as ``msglake.transforms.lifecycle.fates``."""
         policy = policy_for(self.policies, c["topic"])
         target = policy.get("deadLetterTopic")
         entry = {"queue": c["topic"], "reason": reason, "count": 1, "time": time_us, "exchange": c["exchange"],

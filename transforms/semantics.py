@@ -1,8 +1,8 @@
 """Delivery semantics as Spark columns: priority, delivery time, expiry, state at ``T``.
 
-shared/specs/semantics.md §1-4 and §7 (without dead-lettering). Every helper is a pure Column
+docs/semantics.md §1-4 and §7 (without dead-lettering). Every helper is a pure Column
 expression built from Spark built-ins; topic policies come in as plain mappings (pattern ->
-policy fields, as ``pipelines.settings.TopicPolicy.model_dump()`` gives them) and the
+policy fields, as ``msglake.pipelines.settings.TopicPolicy.model_dump()`` gives them) and the
 evaluation time ``as_of`` is a parameter: nothing here reads the clock.
 """
 from __future__ import annotations

@@ -8,12 +8,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from formats import nsq_layout as L
-from formats.base import decode_root
-from formats.nsq_ext import NsqExtCodec, frame
-from formats.nsq_headers import HeaderError, header_columns, load_header
-from formats.nsq_samples import generate
-from formats.nsq_writer import NsqQueueWriter, encode_message
+from msglake.formats import nsq_layout as L
+from msglake.formats.base import decode_root
+from msglake.formats.nsq_ext import NsqExtCodec, frame
+from msglake.formats.nsq_headers import HeaderError, header_columns, load_header
+from msglake.samples.nsq import generate
+from msglake.samples.nsq_writer import NsqQueueWriter, encode_message
 
 TS = 1_793_500_000_123_456_789
 
@@ -113,7 +113,7 @@ def test_round_trip_every_header_kind(tmp_path):
         w.put(b"otel", header={"traceId": "otel-1", "##trace_id": "5", "messageKey": "mk", "shardingKey": "no"},
               timestamp_ns=TS + 6)
         w.put(b"", header={"keys": ["a", "b"]}, timestamp_ns=TS + 7)
-    out = rows(decode(tmp_path, store_host="10.9.9.9:4150"))
+    out = rows(decode(tmp_path, storeHost="10.9.9.9:4150"))
     assert [r["body"] for r in out] == [b"legacy", b"plain", b"traced", b"tagged", b"empty-tag", b"full", b"otel", b""]
     assert all(r["topic"] == "t" and r["partition"] == 3 and r["sourceFormat"] == "nsq_ext" for r in out)
     assert all(r["storeHost"] == "10.9.9.9:4150" for r in out)
@@ -372,7 +372,7 @@ def test_split_points_and_advance_land_on_record_boundaries(sample):
 
 
 def test_gather_is_a_view_of_the_right_bytes():
-    from formats.base import gather_slices
+    from msglake.formats.base import gather_slices
 
     buf = np.frombuffer(b"0123456789abcdef", np.uint8)
     off, data = gather_slices(buf, np.array([1, 5, 5, 10]), np.array([3, 5, 8, 16]))

@@ -7,11 +7,11 @@ import numpy as np
 import orjson
 import pytest
 
-from formats.base import decode_root
-from formats.nsq_ext import NsqExtCodec
-from formats.nsq_headers import HeaderError, as_text, header_columns, load_header, load_headers, scan_headers
-from formats.nsq_headers import _load_each as one_by_one  # load_header on each header: the reference
-from formats.nsq_writer import NsqQueueWriter
+from msglake.formats.base import decode_root
+from msglake.formats.nsq_ext import NsqExtCodec
+from msglake.formats.nsq_headers import HeaderError, as_text, header_columns, load_header, load_headers, scan_headers
+from msglake.formats.nsq_headers import _load_each as one_by_one  # load_header on each header: the reference
+from msglake.samples.nsq_writer import NsqQueueWriter
 
 TS = 1_793_500_000_123_456_789
 

@@ -1,6 +1,6 @@
 import pytest
 
-from formats import nsq_layout as L
+from msglake.formats import nsq_layout as L
 
 
 @pytest.mark.parametrize(

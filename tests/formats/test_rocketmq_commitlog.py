@@ -10,13 +10,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from formats import rocketmq_layout as L
-from formats.base import decode_root
-from formats.rocketmq_commitlog import RocketMqCommitLogCodec, walk
-from formats.rocketmq_samples import generate
-from formats.rocketmq_writer import CommitLogWriter, Inner, Message, encode_record
+from msglake.formats import rocketmq_layout as L
+from msglake.formats.base import decode_root
+from msglake.formats.rocketmq_commitlog import RocketMqCommitLogCodec, walk
+from msglake.samples.rocketmq import generate
+from msglake.samples.rocketmq_writer import CommitLogWriter, Inner, Message, encode_record
 
-REAL = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "rocketmq")
+#: Real broker files kept as test vectors (tests/data/*/README.md says where each comes from).
+REAL = os.path.join(os.path.dirname(__file__), "..", "data", "rocketmq")
 REAL_FILE = os.path.join(REAL, "00000000000000000000")
 
 
@@ -40,8 +41,6 @@ def one(store, m: Message, **kw) -> dict:
 
 @pytest.fixture
 def real_store(tmp_path):
-    if not os.path.exists(REAL_FILE):
-        pytest.skip("shared/data/rocketmq is not next to this checkout")
     os.makedirs(tmp_path / "commitlog")
     shutil.copy(REAL_FILE, tmp_path / "commitlog")
     return tmp_path
@@ -99,7 +98,7 @@ def test_spec_123_byte_v2_record(tmp_path):
     os.makedirs(tmp_path / "commitlog")
     # PHYSICALOFFSET is 7: the file that holds it at position 0 starts at offset 7.
     (tmp_path / "commitlog" / L.file_name(7)).write_bytes(rec)
-    [r] = rows(decode(tmp_path, verify_crc=False))
+    [r] = rows(decode(tmp_path, verifyCrc=False))
     assert (r["bodyCrc"], r["partition"], r["flag"], r["queueOffset"], r["physicalOffset"]) == (3, 4, 5, 6, 7)
     assert (r["sysFlag"], r["transactionState"], r["deliveryCount"], r["preparedTransactionOffset"]) == (8, "COMMIT", 13, 14)
     assert int(r["bornTimestamp"].timestamp() * 1000) == 9 and int(r["storeTimestamp"].timestamp() * 1000) == 11
@@ -220,7 +219,7 @@ def test_delay_timer_and_type_inference(tmp_path):
         got_deliver = int(r["startDeliverTime"].timestamp() * 1000) if r["startDeliverTime"] else None
         assert (r["messageType"], r["delayTime"], got_deliver) == (kind, delay, deliver), props
         assert dict(r["headers"]) == props
-    custom = rows(decode(tmp_path, delay_levels="2s 4s"))
+    custom = rows(decode(tmp_path, delayLevels="2s 4s"))
     assert [r["delayTime"] for r in custom[:2]] == [4000, 4000]
 
 
@@ -517,7 +516,7 @@ def test_a_store_of_empty_files(tmp_path):
 def test_the_vectorised_framing_check_agrees_with_the_scalar_one():
     import random
 
-    from formats.rocketmq_commitlog import _first_misframed, check_record
+    from msglake.formats.rocketmq_commitlog import _first_misframed, check_record
 
     rng = random.Random(3)
     good, _ = encode_record(Message("topic-x", b"some body", {"k": "v", "UNIQ_KEY": "U"},

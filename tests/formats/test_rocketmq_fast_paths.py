@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import os
 
-from formats.base import decode_root
-from formats.rocketmq_commitlog import RocketMqCommitLogCodec, _all_zero, _skip_hole, resync
-from formats.rocketmq_writer import CommitLogWriter, Message
+from msglake.formats.base import decode_root
+from msglake.formats.rocketmq_commitlog import RocketMqCommitLogCodec, _all_zero, _skip_hole, resync
+from msglake.samples.rocketmq_writer import CommitLogWriter, Message
 
 FILE_SIZE = 4 << 20
 
@@ -81,13 +81,13 @@ def test_body_crc_mismatches_are_found_among_many_records(tmp_path):
     reasons = [(q["segmentPosition"], q["reason"]) for q in result.quarantined.to_pylist()]
     assert [p for p, _ in reasons] == [placed[3].position, placed[77].position]
     assert all(r.startswith("BODYCRC mismatch: stored 7, the body's CRC32 is ") for _, r in reasons)
-    assert decode_root(RocketMqCommitLogCodec(verify_crc=False), root).messages.num_rows == 120
+    assert decode_root(RocketMqCommitLogCodec(verifyCrc=False), root).messages.num_rows == 120
 
 
 def test_gather_slices_takes_the_same_bytes_whatever_the_path():
     import numpy as np
 
-    from formats.base import gather_slices
+    from msglake.formats.base import gather_slices
 
     rng = np.random.default_rng(3)
     buf = rng.integers(0, 256, 1 << 16).astype(np.uint8)
@@ -102,7 +102,7 @@ def test_gather_slices_takes_the_same_bytes_whatever_the_path():
 def test_property_columns_are_taken_once_and_match_the_entries():
     import pyarrow as pa
 
-    from formats.rocketmq_properties import parse
+    from msglake.formats.rocketmq_properties import parse
 
     texts = pa.array(["TAGS\x01a\x02KEYS\x01k1 k2\x02TAGS\x01b", None, "KEYS\x01z", "x\x01\x02\x01y"])
     p = parse(texts)
@@ -115,7 +115,7 @@ def test_property_columns_are_taken_once_and_match_the_entries():
 def test_big_endian_reads_are_the_same_in_bounds_and_at_the_edges():
     import numpy as np
 
-    from formats.base import be_int, be_uint
+    from msglake.formats.base import be_int, be_uint
 
     rng = np.random.default_rng(7)
     buf = rng.integers(0, 256, 4096).astype(np.uint8)

@@ -11,11 +11,11 @@ import yaml
 from chispa import assert_df_equality
 from pyspark.sql import functions as F, types as T
 
-from pipelines import settings as settings_mod
-from pipelines.cluster import start_standalone
-from pipelines.ingest import ingest
-from pipelines.package import build_pyfiles
-from pipelines.session import delta_jars
+from msglake.pipelines import settings as settings_mod
+from tests.cluster import start_standalone
+from msglake.pipelines.jobs.ingest import ingest
+from msglake.pipelines.io.package import build_pyfiles
+from msglake.pipelines.session import delta_jars
 from tests.conftest import two_broker_settings
 
 pytestmark = pytest.mark.slow

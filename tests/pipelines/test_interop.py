@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.ingest import ingest
+from msglake.pipelines.jobs.ingest import ingest
 from tests.conftest import two_broker_settings
 
 pytestmark = pytest.mark.slow

@@ -5,9 +5,9 @@ import datetime as dt
 
 import pytest
 
-from formats.nsq_samples import generate
-from pipelines import cli
-from pipelines.ingest import ingest
+from msglake.samples.nsq import generate
+from msglake.pipelines import cli
+from msglake.pipelines.jobs.ingest import ingest
 from tests.conftest import make_settings
 
 pytestmark = pytest.mark.slow

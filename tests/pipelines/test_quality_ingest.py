@@ -10,10 +10,11 @@ import pytest
 import yaml
 from pyspark.sql import functions as F
 
-from formats.nsq_samples import generate
-from pipelines import checkpoint as cp, cli
-from pipelines.ingest import ingest
-from quality.rules import QualityRuleFailed
+from msglake.errors import QualityRuleFailed
+from msglake.samples.nsq import generate
+from msglake.pipelines import cli
+from msglake.pipelines.io import checkpoint as cp
+from msglake.pipelines.jobs.ingest import ingest
 from tests.conftest import make_settings
 
 pytestmark = pytest.mark.slow

@@ -9,9 +9,9 @@ import pytest
 import yaml
 from pyspark.sql import functions as F
 
-from pipelines import cli
-from pipelines.report import run_quality
-from quality import rules as R, suites
+from msglake.pipelines import cli
+from msglake.pipelines.jobs.quality import run_quality
+from msglake.quality import rules as R, suites
 
 pytestmark = pytest.mark.slow
 

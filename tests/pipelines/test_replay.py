@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from pipelines import cli
+from msglake.pipelines import cli
 
 pytestmark = pytest.mark.slow
 
@@ -155,7 +155,7 @@ def test_views(spark, replayed):
 
 
 def test_a_view_whose_columns_are_missing_is_left_out_not_fatal(spark, tmp_path, capsys):
-    from pipelines.views import register_views
+    from msglake.pipelines.io.views import register_views
 
     spark.createDataFrame([("t", 1)], "topic string, partition int").createOrReplaceTempView("messages")
     try:

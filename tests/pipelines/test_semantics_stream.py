@@ -4,12 +4,12 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from formats.nsq_samples import generate
-from pipelines import settings as S
-from pipelines.ingest import ingest
-from pipelines.semantics_stream import run
+from msglake.samples.nsq import generate
+from msglake.pipelines import settings as S
+from msglake.pipelines.jobs.ingest import ingest
+from msglake.pipelines.jobs.semantics import run
 from tests.conftest import make_settings
-from transforms.lifecycle import evaluate
+from msglake.transforms.lifecycle import evaluate
 
 pytestmark = pytest.mark.slow
 

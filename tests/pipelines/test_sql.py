@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from formats.nsq_samples import generate
-from pipelines import cli
-from pipelines.ingest import ingest
-from pipelines.sql import WriteRefused, run_sql, statement
+from msglake.errors import QueryRefused
+from msglake.samples.nsq import generate
+from msglake.pipelines import cli
+from msglake.pipelines.jobs.ingest import ingest
+from msglake.pipelines.jobs.sql import QueryRefused, run_sql, statement
 from tests.conftest import make_settings
 
 pytestmark = pytest.mark.slow
@@ -38,7 +39,7 @@ def test_statements_that_write_are_recognised_before_running(spark, sql, writes)
 
 def test_writes_are_refused_unless_allowed(spark, lake):
     before = spark.table("messages").count()
-    with pytest.raises(WriteRefused, match="DeleteFromTable can change the lake"):
+    with pytest.raises(QueryRefused, match="DeleteFromTable can change the lake"):
         run_sql(spark, "DELETE FROM messages WHERE true")
     assert spark.table("messages").count() == before
     run_sql(spark, "DELETE FROM messages WHERE topic = 'audit.log-v2'", allow_writes=True)

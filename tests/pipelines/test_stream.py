@@ -14,12 +14,13 @@ import pytest
 import yaml
 from pyspark.sql import functions as F
 
-from formats.nsq_samples import generate, write_live
-from formats.samples import Expected
-from formats.nsq_writer import NsqQueueWriter
-from pipelines import checkpoint as cp
-from pipelines.catalog import TABLES, ensure_table
-from pipelines.sinks import DeltaSink, RunCounts
+from msglake.samples.nsq import generate, write_live
+from msglake.samples.truth import Expected
+from msglake.samples.nsq_writer import NsqQueueWriter
+from msglake.pipelines.io import checkpoint as cp
+from msglake.pipelines.io.catalog import ensure_table
+from msglake.schemas import LAKE_TABLES
+from msglake.pipelines.io.sinks import DeltaSink, RunCounts
 from tests.conftest import make_settings
 
 pytestmark = pytest.mark.slow
@@ -35,7 +36,7 @@ def write_conf(tmp_path, data, **ingest) -> str:
 
 def start(conf: str, *args: str, log) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "pipelines.cli", "stream", "--conf", conf, "--quiet", *args],
+        [sys.executable, "-m", "msglake.pipelines.cli", "stream", "--conf", conf, "--quiet", *args],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
 
@@ -94,7 +95,7 @@ def test_sigkill_anywhere_then_restart_gives_every_message_exactly_once(spark, t
             assert proc.poll() is None, "the job ended before it could be killed; see job.log"
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        final = subprocess.run([sys.executable, "-m", "pipelines.cli", "ingest", "--conf", conf, "--quiet"],
+        final = subprocess.run([sys.executable, "-m", "msglake.pipelines.cli", "ingest", "--conf", conf, "--quiet"],
                                stdout=log, stderr=subprocess.STDOUT, timeout=300)
     assert final.returncode == 0, (tmp_path / "job.log").read_text()[-3000:]
     assert kills == ["after-delta-commit", "random"]
@@ -148,7 +149,7 @@ def test_a_segment_deleted_before_it_was_read_is_reported_not_skipped(spark, tmp
     data = tmp_path / "nsq"
     generate(str(data), 600, max_bytes_per_file=1 << 20, bad_inputs=False)
     settings = make_settings(tmp_path / "lake", data)
-    paths = {spec.name: ensure_table(spark, settings, spec) for spec in TABLES}
+    paths = {spec.name: ensure_table(spark, settings, spec) for spec in LAKE_TABLES}
     counts = RunCounts()
     sink = DeltaSink("deleted-test", paths["messages"], paths["quarantine"], counts)
     victim = data / "payments" / "payments-0.diskqueue.000000.dat"

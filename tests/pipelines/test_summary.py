@@ -1,5 +1,5 @@
-from pipelines.checkpoint import bytes_moved
-from pipelines.ingest import IngestSummary
+from msglake.pipelines.io.checkpoint import bytes_moved
+from msglake.pipelines.jobs.ingest import IngestSummary
 
 
 def summary(**kw):

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from quality import charts, report_html
-from quality.charts import bar_chart, format_ms, histogram, stacked_series
-from quality.report_html import render
+from msglake.quality import charts, report_html
+from msglake.quality.charts import bar_chart, format_ms, histogram, stacked_series
+from msglake.quality.report_html import render
 
 SPECIAL = "<b>& 'x' \"y\""
 

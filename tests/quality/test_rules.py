@@ -6,9 +6,10 @@ import datetime as dt
 import pytest
 from pyspark.sql import functions as F
 
-from pipelines import settings as S
-from pipelines.sinks import DeltaSink
-from quality import rules as R
+from msglake.errors import ConfigError
+from msglake.pipelines import settings as S
+from msglake.pipelines.io.sinks import DeltaSink
+from msglake.quality import rules as R
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 1, tzinfo=UTC)
@@ -109,7 +110,7 @@ def test_levels_come_from_settings_and_off_skips_a_rule(spark):
 
 
 def test_unknown_rule_or_level_fails_naming_the_key():
-    with pytest.raises(S.SettingsError) as e:
+    with pytest.raises(ConfigError) as e:
         S.from_dict({"quality": {"rules": {"priorty_range": "warn", "topic_name": "drop"}, "clockSkewMs": -1}})
     text = str(e.value)
     assert "quality.rules.priorty_range: unknown key" in text

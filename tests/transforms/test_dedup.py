@@ -3,7 +3,7 @@ import datetime as dt
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from transforms.dedup import dedup_key, mark_producer_retries
+from msglake.transforms.dedup import dedup_key, mark_producer_retries
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 COLS = "topic string, partition int, segment string, segmentPosition bigint, storeTimestamp timestamp, " \

@@ -2,9 +2,9 @@ import datetime as dt
 
 from pyspark.sql import functions as F
 
-from formats import rocketmq_layout as L
-from formats.rocketmq_samples import month_start_ms
-from transforms.ids import unique_id_parts
+from msglake.formats import rocketmq_layout as L
+from msglake.samples.rocketmq import month_start_ms
+from msglake.transforms.ids import unique_id_parts
 
 UTC = dt.timezone.utc
 

@@ -4,8 +4,8 @@ import datetime as dt
 import pytest
 from pyspark.sql import Row, functions as F
 
-from pipelines import settings as S
-from transforms.lifecycle import evaluate, overflow_deaths, NEVER
+from msglake.pipelines import settings as S
+from msglake.transforms.lifecycle import evaluate, overflow_deaths, NEVER
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 1, tzinfo=UTC)

@@ -10,9 +10,9 @@ import datetime as dt
 from hypothesis import HealthCheck, given, settings, strategies as st
 from pyspark.sql import functions as F
 
-from pipelines import settings as S
-from schemas.semantics import STATES
-from transforms.lifecycle import evaluate
+from msglake.pipelines import settings as S
+from msglake.schemas.semantics import STATES
+from msglake.transforms.lifecycle import evaluate
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 MSG = ("topic string, partition int, messageId string, queueOffset bigint, storeTimestamp timestamp, "

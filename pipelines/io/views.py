@@ -16,7 +16,9 @@
 """
 from __future__ import annotations
 
-import sys
+import logging
+
+LOG = logging.getLogger(__name__)
 
 LATEST = "asOf <=> (SELECT max(asOf) FROM {table})"
 
@@ -99,5 +101,5 @@ def register_views(spark, tables: set[str]) -> list[str]:
             made.append(name)
         except AnalysisException as e:
             spark.catalog.dropTempView(name)
-            print(f"msglake: view {name} not registered: {str(e).splitlines()[0][:200]}", file=sys.stderr)
+            LOG.warning("view %s not registered: %s", name, str(e).splitlines()[0][:200])
     return made

@@ -3,17 +3,9 @@ from __future__ import annotations
 
 import os
 
-from schemas import CONSUMER_OFFSETS_TABLE, MESSAGES_TABLE, QUARANTINE_TABLE, TableSpec
-from schemas.quality import QUALITY_RESULTS_TABLE
-from schemas.semantics import CONSUMER_EVENTS_TABLE, DEAD_LETTERS_TABLE, MESSAGE_EVENTS_TABLE, MESSAGE_STATES_TABLE
-from schemas.spark import to_spark
-from pipelines.settings import Settings
-
-#: Tables of the lake, in the order they are created.
-TABLES: tuple[TableSpec, ...] = (
-    MESSAGES_TABLE, QUARANTINE_TABLE, CONSUMER_OFFSETS_TABLE, CONSUMER_EVENTS_TABLE, MESSAGE_STATES_TABLE,
-    DEAD_LETTERS_TABLE, MESSAGE_EVENTS_TABLE, QUALITY_RESULTS_TABLE,
-)
+from msglake.pipelines.settings import Settings
+from msglake.schemas import LAKE_TABLES, TableSpec
+from msglake.schemas.spark import to_spark
 
 
 def ensure_table(spark, settings: Settings, spec: TableSpec) -> str:
@@ -60,12 +52,12 @@ def register_tables(spark, settings: Settings) -> list[str]:
     session built by the factory sees the same tables without extra steps.
     """
     found = []
-    for spec in TABLES:
+    for spec in LAKE_TABLES:
         path = settings.lake.table_path(spec.name)
         if os.path.isdir(os.path.join(path, "_delta_log")):
             _register(spark, spec.name, path)
             found.append(spec.name)
-    from pipelines.views import register_views
+    from msglake.pipelines.io.views import register_views
 
     register_views(spark, set(found))
     return found

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from formats import nsq_layout as L
-from formats.nsq_ext import EXT_FLAG, JSON_HEADER_EXT_VER, MAX_ATTEMPTS, NO_EXT_VER, TAG_EXT_VER
+from msglake.formats import nsq_layout as L
+from msglake.formats.nsq_ext import EXT_FLAG, JSON_HEADER_EXT_VER, MAX_ATTEMPTS, NO_EXT_VER, TAG_EXT_VER
 
 DEFAULT_MAX_BYTES_PER_FILE = 100 << 20
 _FIXED = struct.Struct(">qHQQ")

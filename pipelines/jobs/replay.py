@@ -14,6 +14,7 @@ import glob
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 
 import orjson
@@ -21,10 +22,11 @@ import pyarrow as pa
 import yaml
 from pyspark.sql import DataFrame, SparkSession, functions as F
 
-from pipelines.catalog import ensure_table, register_tables
-from pipelines.settings import Settings, SettingsError, policy_dicts
-from schemas import MESSAGE_SCHEMA
-from schemas.semantics import (
+from msglake.errors import ConfigError, InputError, LakeError
+from msglake.pipelines.io.catalog import ensure_table, register_tables
+from msglake.pipelines.settings import Settings, policy_dicts
+from msglake.schemas import MESSAGE_SCHEMA
+from msglake.schemas.semantics import (
     CONSUMER_EVENT_FIELDS,
     CONSUMER_EVENT_KINDS,
     CONSUMER_EVENTS_SCHEMA,
@@ -33,8 +35,8 @@ from schemas.semantics import (
     MESSAGE_EVENTS_TABLE,
     MESSAGE_STATES_TABLE,
 )
-from schemas.spark import to_spark
-from transforms.lifecycle import Evaluation
+from msglake.schemas.spark import to_spark
+from msglake.transforms.lifecycle import Evaluation
 
 #: JSON-lines outputs, file name -> sort key (a total order, so the bytes never depend on Spark's plan).
 JSON_OUTPUTS = {
@@ -43,10 +45,6 @@ JSON_OUTPUTS = {
     "message_events": ("topic", "hop", "uniqueId", "rowId", "seq"),
 }
 TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
-
-
-class ReplayInputError(ValueError):
-    """An input file that cannot be used at all (missing, unreadable, no usable rows)."""
 
 
 @dataclass
@@ -63,25 +61,14 @@ class Loaded:
     rejected: list[RejectedLine] = field(default_factory=list)
 
 
-def parse_time(text: str, what: str = "--as-of") -> dt.datetime:
-    """An ISO-8601 time (a zone, or UTC when none), or epoch milliseconds."""
-    try:
-        if text.isdigit():
-            return dt.datetime.fromtimestamp(int(text) / 1000, dt.timezone.utc)
-        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise SettingsError(f"{what}: not a time: {text!r} (ISO-8601 like 2026-11-01T10:00:00Z, or epoch ms)")
-    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
-
-
 def load_policies(path: str) -> dict[str, dict]:
     """Topic policies from a YAML file: a ``policies:`` mapping (a settings file) or the bare mapping."""
-    from pipelines.settings import from_dict
+    from msglake.pipelines.settings import from_dict
 
     with open(path, "rb") as f:
         doc = yaml.safe_load(f) or {}
     if not isinstance(doc, dict):
-        raise SettingsError(f"{path}: expected a mapping of topic pattern -> policy")
+        raise ConfigError(f"{path}: expected a mapping of topic pattern -> policy")
     doc = doc.get("policies", doc) if "policies" in doc else doc
     return policy_dicts(from_dict({"policies": doc}, path).policies)
 
@@ -96,7 +83,7 @@ def read_consumer_events(spark: SparkSession, paths: list[str]) -> Loaded:
     rejected: list[RejectedLine] = []
     for path in paths:
         if not os.path.isfile(path):
-            raise ReplayInputError(f"consumer events: no such file: {path}")
+            raise InputError(f"consumer events: no such file: {path}")
         with open(path, "rb") as f:
             for n, raw in enumerate(f, 1):
                 if not raw.strip():
@@ -156,7 +143,7 @@ def read_messages_json(spark: SparkSession, path: str) -> Loaded:
     storeTimestamp are required; timestamps ISO-8601). Lines that do not parse are listed."""
     files = sorted(glob.glob(os.path.join(path, "*.json*"))) if os.path.isdir(path) else [path]
     if not files or not all(os.path.isfile(f) for f in files):
-        raise ReplayInputError(f"messages: no such file: {path}")
+        raise InputError(f"messages: no such file: {path}")
     schema = to_spark(MESSAGE_SCHEMA)
     fields = [f for f in schema.fields if f.name not in ("deathHistory", "state", "deliverAt", "expireAt")]
     from pyspark.sql.types import StringType, StructField, StructType
@@ -181,7 +168,7 @@ def default_as_of(messages: DataFrame) -> dt.datetime:
     """semantics.md §0: in a batch run, T defaults to the newest storeTimestamp of the input."""
     row = messages.select(F.unix_micros(F.max("storeTimestamp")).alias("t")).first()
     if row["t"] is None:
-        raise ReplayInputError("no messages to replay (the input is empty)")
+        raise InputError("no messages to replay (the input is empty)")
     return dt.datetime.fromtimestamp(0, dt.timezone.utc) + dt.timedelta(microseconds=row["t"])
 
 
@@ -232,3 +219,62 @@ def summarize(result: Evaluation) -> list[str]:
         why = f" ({r['stateReason']})" if r["stateReason"] else ""
         lines.append(f"  {r['state']}{why}: {r['n']:,}")
     return lines
+
+
+def lake_table(spark: SparkSession, settings: Settings, name: str) -> DataFrame | None:
+    """The lake's table ``name``, or None when it does not exist yet."""
+    path = settings.lake.table_path(name)
+    if os.path.isdir(os.path.join(path, "_delta_log")):
+        return spark.read.format("delta").load(path)
+    return None
+
+
+@dataclass
+class ReplayRun:
+    """What one replay did: its evaluation, where it wrote, and the input lines it could not use."""
+
+    result: Evaluation
+    outputs: dict[str, str]
+    rejected: list[RejectedLine]
+    seconds: float
+
+    def lines(self) -> list[str]:
+        out = summarize(self.result)
+        out += [f"  input line not used: {r.file}:{r.line}: {r.reason}" for r in self.rejected]
+        out += [f"  {name:<15} {path}" for name, path in self.outputs.items()]
+        return out + [f"replay took {self.seconds:.1f}s"]
+
+
+def run_replay(spark: SparkSession, settings: Settings, *, as_of: dt.datetime | None = None,
+               messages: str | None = None, policies: str | None = None, events: list[str] | None = None,
+               use_offsets: bool = True, json_out: str | None = None, max_hops: int | None = None) -> ReplayRun:
+    """Evaluate the delivery rules as of ``as_of`` over the lake's tables, or over files where given.
+
+    ``messages``: JSON lines in the unified schema; ``policies``: a policies YAML; ``events``:
+    consumer-event JSON lines (each instead of the lake's table or the settings' policies).
+    Writes the replay tables, or JSON lines to ``json_out``.
+    """
+    from msglake.transforms.lifecycle import DEFAULT_MAX_HOPS, evaluate
+
+    started = time.monotonic()
+    chosen_policies = load_policies(policies) if policies else policies_of(settings)
+    rejected: list[RejectedLine] = []
+    if messages:
+        loaded = read_messages_json(spark, messages)
+        messages_df, rejected = loaded.df, loaded.rejected
+    else:
+        messages_df = lake_table(spark, settings, "messages")
+        if messages_df is None:
+            raise LakeError(f"no messages table in {settings.lake.table_path('messages')}: "
+                            "ingest first, or replay messages from a JSON-lines file")
+    if events:
+        loaded = read_consumer_events(spark, events)
+        events_df, rejected = loaded.df, rejected + loaded.rejected
+    else:
+        events_df = lake_table(spark, settings, "consumer_events")
+    offsets = lake_table(spark, settings, "consumer_offsets") if use_offsets and not messages else None
+    as_of = as_of or default_as_of(messages_df)
+    result = evaluate(messages_df, chosen_policies, as_of, consumer_events=events_df, consumer_offsets=offsets,
+                      max_hops=DEFAULT_MAX_HOPS if max_hops is None else max_hops)
+    outputs = write_json(result, json_out) if json_out else write_tables(spark, settings, result)
+    return ReplayRun(result, outputs, rejected, time.monotonic() - started)

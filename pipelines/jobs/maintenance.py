@@ -11,8 +11,9 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from pipelines.catalog import TABLES
-from pipelines.settings import Settings, SettingsError
+from msglake.errors import ConfigError
+from msglake.schemas import LAKE_TABLES
+from msglake.pipelines.settings import Settings
 
 #: Delta's own default retention (7 days): below it a concurrent or lagging reader, or a
 #: streaming checkpoint, may need files VACUUM would delete.
@@ -42,11 +43,11 @@ class Done:
 def _existing(spark, settings: Settings, names: list[str] | None) -> list[tuple[str, str]]:
     from delta.tables import DeltaTable
 
-    known = [spec.name for spec in TABLES]
+    known = [spec.name for spec in LAKE_TABLES]
     wanted = names or known
     unknown = [n for n in wanted if n not in known]
     if unknown:
-        raise SettingsError(f"--table: unknown table(s) {unknown}; tables: {known}")
+        raise ConfigError(f"unknown table(s) {unknown}; the lake's tables: {known}")
     out = []
     for name in wanted:
         path = settings.lake.table_path(name)
@@ -83,9 +84,9 @@ def vacuum(spark, settings: Settings, retain_hours: int, force: bool = False,
            tables: list[str] | None = None, dry_run: bool = False) -> list[Done]:
     """VACUUM files no version newer than ``retain_hours`` needs; below 168 h only with ``force``."""
     if retain_hours < 0:
-        raise SettingsError("--retain-hours: must be 0 or more")
+        raise ConfigError("--retain-hours: must be 0 or more")
     if retain_hours < SAFE_RETAIN_HOURS and not force:
-        raise SettingsError(
+        raise ConfigError(
             f"--retain-hours {retain_hours} is below {SAFE_RETAIN_HOURS} (7 days): a running stream, a lagging "
             "reader or time travel may still need those files. Stop the jobs that read the lake and add --force "
             "to do it anyway.")
@@ -117,7 +118,7 @@ def retention(spark, settings: Settings, days: float, now: dt.datetime, tables: 
     """Delete rows older than ``days`` before ``now`` (files wholly older are dropped from the log;
     VACUUM then frees the disk). Replay outputs are kept (they are per evaluation time)."""
     if days <= 0:
-        raise SettingsError("--days: must be more than 0")
+        raise ConfigError("--days: must be more than 0")
     cutoff = now - dt.timedelta(days=days)
     stamp = cutoff.astimezone(dt.timezone.utc).isoformat()
     done = []

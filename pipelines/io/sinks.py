@@ -13,12 +13,13 @@ from pyspark.sql import DataFrame, functions as F
 
 import pyarrow as pa
 
-from quality import rules as R
-from schemas import MESSAGES_TABLE, QUARANTINE_TABLE
-from schemas.messages import DECODED_SCHEMA, DEDUP, DERIVED
-from schemas.quarantine import QUARANTINE_DETAIL, QUARANTINE_LOCATION
-from schemas.spark import to_spark
-from transforms.dedup import mark_producer_retries
+from msglake.errors import QualityRuleFailed
+from msglake.quality import rules as R
+from msglake.schemas import MESSAGES_TABLE, QUARANTINE_TABLE
+from msglake.schemas.messages import DECODED_SCHEMA, DEDUP, DERIVED
+from msglake.schemas.quarantine import QUARANTINE_DETAIL, QUARANTINE_LOCATION
+from msglake.schemas.spark import to_spark
+from msglake.transforms.dedup import mark_producer_retries
 
 
 @dataclass
@@ -86,7 +87,7 @@ def split_batch(df: DataFrame, batch_id: int, earlier: DataFrame | None = None,
     With ``earlier`` (first copies already in the table) and a positive watermark, producer
     retries are marked in ``retryOf``; otherwise ``dedupKey``/``retryOf`` stay null. Rows a
     quarantine-level rule holds go to quarantine, their bytes read back by ``raw_reader``
-    (pipelines.source.raw_record_reader).
+    (msglake.pipelines.io.source.raw_record_reader).
     """
     now = F.current_timestamp()
     batch = F.lit(batch_id).cast("bigint")
@@ -135,7 +136,7 @@ class DeltaSink:
     levels : dict, optional
         Rule name -> level (``quality.rules`` of the settings); missing rules take their default.
     raw_reader : callable, optional
-        ``pipelines.source.raw_record_reader`` of the source: needed to quarantine rows that a
+        ``msglake.pipelines.io.source.raw_record_reader`` of the source: needed to quarantine rows that a
         quarantine-level rule holds (without it such a batch fails rather than lose the bytes).
     """
 
@@ -306,7 +307,7 @@ class DeltaSink:
         if not failing and not (held and self.raw_reader is None):
             return
         if not failing:
-            raise R.QualityRuleFailed(f"batch {batch_id}: {held} row(s) match quarantine-level rules but this "
+            raise QualityRuleFailed(f"batch {batch_id}: {held} row(s) match quarantine-level rules but this "
                                       "sink cannot read raw bytes back (no raw_reader)")
         examples = (
             df.where(F.size(R.hits("fail")) > 0)
@@ -317,7 +318,7 @@ class DeltaSink:
         )
         lines = [f"  {r['topic']}/{r['partition']} {r['segment']}@{r['segmentPosition']}: {r['why']}" for r in examples]
         summary = ", ".join(f"{n} ({k} row(s))" for n, k in failing.items())
-        raise R.QualityRuleFailed(
+        raise QualityRuleFailed(
             f"micro-batch {batch_id}: fail-level quality rule(s) matched: {summary}; nothing of this batch was "
             "written and the checkpoint did not move. First rows:\n" + "\n".join(lines)
             + "\nFix the data or set the rule's level in quality.rules (warn, quarantine, off), then run again."

@@ -7,16 +7,14 @@ import json
 
 from pyspark.sql import DataFrame, functions as F, types as T
 
+from msglake.errors import QueryError, QueryRefused, spark_message
+
 #: Commands that only read (parsed plans that are Spark "commands" but change nothing).
 READ_ONLY_COMMANDS = frozenset(
     """ShowTables ShowViews ShowColumns ShowCreateTable ShowTableProperties ShowPartitions ShowFunctions
     ShowNamespaces DescribeRelation DescribeColumn DescribeNamespace DescribeFunction DescribeQueryCommand
     ExplainCommand""".split()
 )
-
-
-class WriteRefused(ValueError):
-    """A statement that would change the lake, run without ``--allow-writes``."""
 
 
 def statement(spark, sql: str) -> tuple[str, bool]:
@@ -34,10 +32,16 @@ def run_sql(spark, sql: str, allow_writes: bool = False) -> DataFrame:
     The check happens on the parsed plan before anything runs (``spark.sql`` would execute a
     command at once).
     """
-    kind, writes = statement(spark, sql)
-    if writes and not allow_writes:
-        raise WriteRefused(f"{kind} can change the lake; msglake sql is read-only unless --allow-writes is given")
-    return spark.sql(sql)
+    from pyspark.errors import AnalysisException
+
+    try:
+        kind, writes = statement(spark, sql)
+        if writes and not allow_writes:
+            raise QueryRefused(f"refused: {kind} can change the lake; msglake sql is read-only unless --allow-writes "
+                               "is given")
+        return spark.sql(sql)
+    except AnalysisException as e:  # ParseException included
+        raise QueryError(f"SQL error: {spark_message(e)}") from None
 
 
 def printable(df: DataFrame) -> DataFrame:

@@ -15,9 +15,9 @@ import random
 import struct
 from dataclasses import replace
 
-from formats import rocketmq_layout as L
-from formats.rocketmq_writer import CommitLogWriter, Inner, Message, Written, write_consumer_offsets
-from formats.samples import Expected, ExpectedQuarantine, GroundTruth
+from msglake.formats import rocketmq_layout as L
+from msglake.samples.rocketmq_writer import CommitLogWriter, Inner, Message, Written, write_consumer_offsets
+from msglake.samples.truth import Expected, ExpectedQuarantine, GroundTruth
 
 BASE_MS = 1_793_500_000_000  # 2026-11-01T02:26:40Z
 TOPICS = (("orders", 4), ("payments", 2))

@@ -8,13 +8,13 @@ Offsets are byte positions per segment file, as JSON (``{"version": 1, "segments
 {"orders/orders-0.diskqueue.000000.dat": 4096}}``), readable in the checkpoint. The
 latest offset of a segment is the end of what the broker committed there (the codec's
 scan decides), so a half-written tail waits for a later batch. Nothing in here knows a
-broker format: a codec from :mod:`formats.registry` scans, splits and decodes.
+broker format: a codec from :mod:`msglake.formats.registry` scans, splits and decodes.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Literal
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -25,82 +25,68 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from formats.base import QuarantineBuilder, SegmentInfo
-from formats.registry import OPTION_NAMES, get_codec, inapplicable
-from schemas.source import SOURCE_SCHEMA
-from schemas.spark import to_spark
+from msglake.formats.base import QuarantineBuilder, SegmentInfo
+from msglake.errors import ConfigError
+from msglake.formats.options import Options, PositiveInt
+from msglake.formats.registry import CODECS, codec_class, get_codec
+from msglake.schemas.source import SOURCE_SCHEMA
+from msglake.schemas.spark import to_spark
 
 OFFSET_VERSION = 1
-#: Options of the source itself; the codec's options (``storeHost``, ``delayLevels``, ...) come
-#: from :data:`formats.registry.OPTION_NAMES`.
-SOURCE_OPTIONS = {"path", "format", "maxbytespertrigger", "maxrecordspertrigger", "splitbytes"}
-_CODEC_OPTIONS = {k.lower(): k for k in OPTION_NAMES}
+
+
+class ReadOptions(Options):
+    """The source's own options (the codec's come from its options model)."""
+
+    #: The segment root folder (an nsqd data path, a RocketMQ store or its commitlog folder).
+    path: str
+    #: The broker format, a name of :data:`msglake.formats.registry.CODECS`.
+    format: Literal[tuple(CODECS)]  # type: ignore[valid-type]
+    #: Segment bytes per micro-batch, cut at record boundaries (streaming).
+    maxBytesPerTrigger: PositiveInt | None = None
+    #: Records per micro-batch (streaming; the driver walks the records to find the cut).
+    maxRecordsPerTrigger: PositiveInt | None = None
+    #: Largest byte range one Spark task decodes.
+    splitBytes: PositiveInt = 64 << 20
 
 
 @dataclass(frozen=True)
 class SourceOptions:
-    """Validated options of the data source; errors name the option."""
+    """Validated options of the data source: its own and its codec's; errors name the option."""
 
-    path: str
-    format: str
-    max_bytes_per_trigger: int | None = None
-    max_records_per_trigger: int | None = None
-    split_bytes: int = 64 << 20
-    #: Codec keyword arguments, as sorted (name, value) pairs.
-    codec_options: tuple = ()
+    read: ReadOptions
+    codec_options: Options
 
     @classmethod
     def parse(cls, options) -> "SourceOptions":
-        opts = {k.lower(): v for k, v in dict(options).items()}
-        unknown = sorted(set(opts) - SOURCE_OPTIONS - set(_CODEC_OPTIONS))
+        given = dict(options)
+        own = {k.lower() for k in ReadOptions.names()}
+        fmt = next((v for k, v in given.items() if k.lower() == "format"), None)
+        if not fmt:
+            raise ConfigError("msglake source: option 'format' is required (e.g. 'nsq-ext')")
+        codec = codec_class(fmt)
+        if not any(k.lower() == "path" and v for k, v in given.items()):
+            raise ConfigError("msglake source: option 'path' (the segment root folder) is required")
+        takes = {k.lower() for k in codec.Options.names()}
+        unknown = sorted(k for k in given if k.lower() not in own | takes)
         if unknown:
-            known = sorted(SOURCE_OPTIONS | set(_CODEC_OPTIONS))
-            raise ValueError(f"msglake source: unknown option(s) {unknown}; known: {known}")
-        if not opts.get("path"):
-            raise ValueError("msglake source: option 'path' (the segment root folder) is required")
-        if not opts.get("format"):
-            raise ValueError("msglake source: option 'format' is required (e.g. 'nsq-ext')")
-        get_codec(opts["format"])  # fails early, naming the known formats
+            known = sorted(ReadOptions.names() + codec.Options.names())
+            raise ConfigError(f"msglake source: unknown option(s) {unknown} for format {fmt!r}; known: {known}")
+        read = ReadOptions.from_strings({k: v for k, v in given.items() if k.lower() in own}, "msglake source")
+        codec_options = codec.Options.from_strings({k: v for k, v in given.items() if k.lower() in takes},
+                                                   f"msglake source ({fmt})")
+        return cls(read.model_copy(update={"path": os.path.abspath(read.path)}), codec_options)
 
-        def positive(key: str) -> int | None:
-            if opts.get(key) in (None, ""):
-                return None
-            try:
-                v = int(opts[key])
-            except ValueError:
-                raise ValueError(f"msglake source: option '{key}' must be a positive integer, got {opts[key]!r}") from None
-            if v <= 0:
-                raise ValueError(f"msglake source: option '{key}' must be a positive integer, got {v}")
-            return v
+    @property
+    def path(self) -> str:
+        return self.read.path
 
-        given = {_CODEC_OPTIONS[k]: v for k, v in opts.items() if k in _CODEC_OPTIONS and v not in (None, "")}
-        wrong = inapplicable(opts["format"], given)
-        if wrong:
-            raise ValueError(f"msglake source: option(s) {wrong} do not apply to format {opts['format']!r}")
-        codec = {}
-        for key, value in given.items():
-            if key in ("decompress", "verifyCrc"):
-                if str(value).lower() not in ("true", "false"):
-                    raise ValueError(f"msglake source: option '{key}' must be true or false, got {value!r}")
-                value = str(value).lower() == "true"
-            elif key == "fileSize":
-                value = positive(key.lower())
-            codec[OPTION_NAMES[key]] = value
-        try:
-            get_codec(opts["format"], **codec)  # the codec checks its values (a delay table that does not parse)
-        except ValueError as e:
-            raise ValueError(f"msglake source: {e}") from None
-        return cls(
-            path=os.path.abspath(opts["path"]),
-            format=opts["format"],
-            max_bytes_per_trigger=positive("maxbytespertrigger"),
-            max_records_per_trigger=positive("maxrecordspertrigger"),
-            split_bytes=positive("splitbytes") or 64 << 20,
-            codec_options=tuple(sorted(codec.items())),
-        )
+    @property
+    def format(self) -> str:
+        return self.read.format
 
     def codec(self):
-        return get_codec(self.format, **dict(self.codec_options))
+        return get_codec(self.format, self.codec_options)
 
 
 class MsglakeDataSource(DataSource):
@@ -156,7 +142,7 @@ class _Planner:
             if seg is None or not os.path.exists(os.path.join(self.opts.path, path)):
                 parts.append(self.lost(path, a, b))
                 continue
-            cuts = self.codec.split_points(self.opts.path, seg, a, b, self.opts.split_bytes)
+            cuts = self.codec.split_points(self.opts.path, seg, a, b, self.opts.read.splitBytes)
             bounds = [a, *cuts, b]
             parts.extend(InputPartition((seg.to_dict(), path, x, y, False)) for x, y in zip(bounds, bounds[1:]))
         return parts
@@ -183,7 +169,7 @@ def read_range(opts: SourceOptions, partition: InputPartition) -> Iterator:
     yield qb.build()
 
 
-def raw_record_reader(fmt: str, root: str, codec_options: dict):
+def raw_record_reader(fmt: str, root: str, codec_options):
     """A ``mapInArrow`` function that fills ``rawBytes`` of located rows by reading their bytes back.
 
     Rows carry ``segment`` (a file name), ``segmentPosition`` and ``recordLength``; the segment is
@@ -198,7 +184,7 @@ def raw_record_reader(fmt: str, root: str, codec_options: dict):
         for batch in batches:
             if paths is None:
                 # By topic and file name: a file name alone can repeat (a queue file misplaced in another topic).
-                scan = get_codec(fmt, **codec_options).scan(root)
+                scan = get_codec(fmt, codec_options).scan(root)
                 paths = {(s.topic, os.path.basename(s.path)): os.path.join(root, s.path) for s in scan.segments}
             raw, reasons = [], []
             columns = batch.select(["topic", "segment", "segmentPosition", "recordLength", "reason"]).to_pydict()
@@ -265,10 +251,10 @@ class SegmentStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {**_offset({}), "complete": []}
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        if self.opts.max_records_per_trigger is not None:
-            return ReadMaxRows(self.opts.max_records_per_trigger)
-        if self.opts.max_bytes_per_trigger is not None:
-            return ReadMaxBytes(self.opts.max_bytes_per_trigger)
+        if self.opts.read.maxRecordsPerTrigger is not None:
+            return ReadMaxRows(self.opts.read.maxRecordsPerTrigger)
+        if self.opts.read.maxBytesPerTrigger is not None:
+            return ReadMaxBytes(self.opts.read.maxBytesPerTrigger)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -304,8 +290,8 @@ class SegmentStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if not isinstance(limit, ReadAllAvailable):
             # One ReadLimit reaches us; apply both configured budgets.
-            max_bytes = max_bytes if max_bytes is not None else self.opts.max_bytes_per_trigger
-            max_rows = max_rows if max_rows is not None else self.opts.max_records_per_trigger
+            max_bytes = max_bytes if max_bytes is not None else self.opts.read.maxBytesPerTrigger
+            max_rows = max_rows if max_rows is not None else self.opts.read.maxRecordsPerTrigger
         for path, end in sorted(ends.items()):
             a = out.get(path, 0)
             out[path] = a

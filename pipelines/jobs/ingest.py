@@ -13,16 +13,18 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from formats.registry import get_codec
-from pipelines import checkpoint as cp
-from pipelines.catalog import ensure_table
-from pipelines.offsets import ConsumerOffsetRecorder
-from pipelines.progress import ProgressReporter
-from pipelines.settings import Settings, SourceSettings
-from pipelines.sinks import DeltaSink, RunCounts
-from pipelines.source import raw_record_reader
-from quality.rules import QualityRuleFailed
-from schemas import CONSUMER_OFFSETS_TABLE, MESSAGES_TABLE, QUARANTINE_TABLE
+from msglake.errors import QualityRuleFailed
+from msglake.formats.registry import get_codec
+from msglake.pipelines.io import checkpoint as cp
+from msglake.pipelines.io.catalog import ensure_table
+from msglake.pipelines.io.offsets import ConsumerOffsetRecorder
+from msglake.pipelines.io.paths import check_lake_root, check_source_folder
+from msglake.pipelines.io.progress import ProgressReporter
+from msglake.pipelines.jobs.running import wait_or_stop
+from msglake.pipelines.settings import Settings, SourceSettings
+from msglake.pipelines.io.sinks import DeltaSink, RunCounts
+from msglake.pipelines.io.source import raw_record_reader
+from msglake.schemas import CONSUMER_OFFSETS_TABLE, MESSAGES_TABLE, QUARANTINE_TABLE
 
 
 @dataclass
@@ -96,13 +98,13 @@ def source_reader(spark, settings: Settings, src: SourceSettings):
         .option("maxBytesPerTrigger", src.maxBytesPerTrigger or settings.ingest.maxBytesPerTrigger)
         .option("splitBytes", settings.ingest.splitBytes)
     )
-    for key, value in src.options().items():
-        reader = reader.option(key, str(value).lower() if isinstance(value, bool) else value)
+    for key, value in src.codec_options().to_strings().items():
+        reader = reader.option(key, value)
     return reader.load()
 
 
 def _disk_accounting(src: SourceSettings, positions: dict[str, int]):
-    scan = get_codec(src.format, **src.codec_kwargs()).scan(os.path.abspath(src.path))
+    scan = get_codec(src.format, src.codec_options()).scan(os.path.abspath(src.path))
     sizes = {s.path: s.file_size for s in scan.segments}
     on_disk = sum(sizes.values())
     read = sum(pos for p, pos in positions.items() if p in sizes)
@@ -140,15 +142,15 @@ def run(
         Receives every batch's progress (live line, JSON-lines metrics).
     """
     src = settings.source(source)
-    if not os.path.isdir(src.path):
-        raise FileNotFoundError(f"sources.{src.name}.path: {os.path.abspath(src.path)} is not a directory")
+    check_source_folder(src.name, src.path)
+    check_lake_root(settings.lake.root, write=True)
     checkpoint = settings.lake.checkpoint_path(f"ingest-{src.name}")
     tables = {spec.name: ensure_table(spark, settings, spec) for spec in (MESSAGES_TABLE, QUARANTINE_TABLE)}
     counts = RunCounts()
     offsets = ConsumerOffsetRecorder(spark, settings, src) if src.format == "rocketmq-commitlog" else None
     sink = _LazySink(src.name, checkpoint, tables, counts, settings.ingest.dedupWatermarkSeconds, offsets,
                      dict(rules=settings.quality.rule_context(settings.policies), levels=settings.quality.levels(),
-                          raw_reader=raw_record_reader(src.format, os.path.abspath(src.path), src.codec_kwargs())))
+                          raw_reader=raw_record_reader(src.format, os.path.abspath(src.path), src.codec_options())))
     listener = None
     if progress is not None:
         progress.counts = counts
@@ -164,7 +166,7 @@ def run(
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=interval)
     query = writer.start()
     try:
-        _wait(query, stop, stop_timeout)
+        wait_or_stop(query, stop, stop_timeout)
     except Exception:
         if sink.failure is not None:
             raise sink.failure from None  # the rule's own message, not Spark's wrapped traceback
@@ -203,22 +205,6 @@ def run(
         offset_rows=offsets.rows_written if offsets is not None else 0,
         rule_hits={rule: (settings.quality.levels()[rule], n) for rule, n in counts.rule_hits().items()},
     )
-
-
-def _wait(query, stop: threading.Event | None, stop_timeout: float) -> None:
-    """Wait for the query to end, or stop it gracefully once ``stop`` is set."""
-    while query.isActive:
-        if query.awaitTermination(0.5):
-            break
-        if stop is not None and stop.is_set():
-            deadline = time.monotonic() + stop_timeout
-            # Let a running micro-batch finish (its Delta writes and checkpoint commit), then stop
-            # before the next one; past the deadline it is abandoned, to be replayed on restart.
-            while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-                time.sleep(0.1)
-            query.stop()
-            break
-    query.awaitTermination()  # raises StreamingQueryException if the query failed
 
 
 class _LazySink:

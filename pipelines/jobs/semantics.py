@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, functions as F
 
-from pipelines import checkpoint as cp
-from pipelines.catalog import ensure_table
-from pipelines.ingest import _wait
-from pipelines.settings import Settings, policy_dicts
-from schemas import MESSAGES_TABLE
-from schemas.semantics import DEAD_LETTERS_TABLE, MESSAGE_EVENTS_TABLE
-from transforms.lifecycle import DEFAULT_MAX_HOPS, HISTORY_TYPE, conform, copy_columns, is_lineage_topic
-from transforms.lifecycle_stream import OUTPUT_SCHEMA, LifecycleProcessor
-from transforms.semantics import expire_at
+from msglake.pipelines.io import checkpoint as cp
+from msglake.pipelines.io.catalog import ensure_table
+from msglake.pipelines.jobs.running import wait_or_stop
+from msglake.pipelines.settings import Settings, policy_dicts
+from msglake.schemas import MESSAGES_TABLE
+from msglake.schemas.semantics import DEAD_LETTERS_TABLE, MESSAGE_EVENTS_TABLE
+from msglake.transforms.lifecycle import DEFAULT_MAX_HOPS, HISTORY_TYPE, conform, copy_columns, is_lineage_topic
+from msglake.transforms.lifecycle_stream import OUTPUT_SCHEMA, LifecycleProcessor
+from msglake.transforms.semantics import expire_at
 
 CHECKPOINT = "semantics"
 
@@ -120,7 +120,7 @@ def run(spark, settings: Settings, *, available_now: bool = True, interval: str 
     )
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=interval)
     query = writer.start()
-    _wait(query, stop, stop_timeout)
+    wait_or_stop(query, stop, stop_timeout)
     summary.seconds = time.monotonic() - started
     wm = [p.get("eventTime", {}).get("watermark") for p in query.recentProgress]
     wm = [w for w in wm if w]

@@ -7,10 +7,10 @@ import threading
 import pyarrow as pa
 from pyspark.sql import functions as F
 
-from formats.rocketmq_offsets import read_snapshot
-from pipelines.catalog import ensure_table
-from pipelines.settings import Settings, SourceSettings
-from schemas import CONSUMER_OFFSETS_SCHEMA, CONSUMER_OFFSETS_TABLE
+from msglake.formats.rocketmq_offsets import read_snapshot
+from msglake.pipelines.io.catalog import ensure_table
+from msglake.pipelines.settings import Settings, SourceSettings
+from msglake.schemas import CONSUMER_OFFSETS_SCHEMA, CONSUMER_OFFSETS_TABLE
 
 
 class ConsumerOffsetRecorder:

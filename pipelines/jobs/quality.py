@@ -18,11 +18,13 @@ from dataclasses import dataclass
 import orjson
 from pyspark.sql import DataFrame, SparkSession, functions as F
 
-from pipelines.catalog import TABLES, ensure_table
-from pipelines.settings import Settings
-from quality import suites
-from quality.report_html import render
-from schemas.quality import QUALITY_RESULTS_TABLE
+from msglake.errors import ConfigError, LakeError
+from msglake.pipelines.io.catalog import ensure_table
+from msglake.schemas import LAKE_TABLES
+from msglake.pipelines.settings import Settings
+from msglake.quality import suites
+from msglake.quality.report_html import render
+from msglake.schemas.quality import QUALITY_RESULTS_TABLE
 
 #: Failing rows shown per check.
 SAMPLES = 20
@@ -31,10 +33,6 @@ LATENCY_EDGES_MS = [-3_600_000, 0, 1, 10, 100, 1_000, 10_000, 60_000, 600_000, 3
 #: Bucket widths tried for "volume over time", smallest first: the first giving <= 60 buckets wins.
 BUCKET_SECONDS = (60, 300, 900, 3600, 6 * 3600, 86400, 7 * 86400)
 MAX_SERIES = 10
-
-
-class TableMissing(FileNotFoundError):
-    """The table to validate does not exist in the lake yet."""
 
 
 @dataclass
@@ -67,9 +65,9 @@ def _table(spark: SparkSession, settings: Settings, table: str) -> DataFrame:
     path = settings.lake.table_path(table)
     if not os.path.isdir(os.path.join(path, "_delta_log")):
         hint = "msglake replay" if table == "dead_letters" else "msglake ingest"
-        raise TableMissing(f"table {table} not found at {path}: run {hint} first")
+        raise LakeError(f"table {table} not found at {path}: run {hint} first")
     # A table an older msglake wrote gains the columns the suite checks (e.g. quarantine.rule).
-    ensure_table(spark, settings, next(spec for spec in TABLES if spec.name == table))
+    ensure_table(spark, settings, next(spec for spec in LAKE_TABLES if spec.name == table))
     return spark.read.format("delta").load(path)
 
 
@@ -198,7 +196,7 @@ def run_quality(spark: SparkSession, settings: Settings, table: str, since: dt.d
     ``evaluated_at`` names the run (default: now); nothing in the checks depends on it.
     """
     if table not in suites.TABLES:
-        raise ValueError(f"--table: no quality suite for {table!r}; known: {', '.join(suites.TABLES)}")
+        raise ConfigError(f"no quality suite for table {table!r}; tables with one: {', '.join(suites.TABLES)}")
     evaluated_at = (evaluated_at or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc)
     df = _table(spark, settings, table)
     if since is not None:
@@ -239,7 +237,7 @@ def run_quality(spark: SparkSession, settings: Settings, table: str, since: dt.d
 
 
 def _append_results(spark: SparkSession, settings: Settings, report: dict, since, evaluated_at, json_path) -> None:
-    from schemas.spark import to_spark
+    from msglake.schemas.spark import to_spark
 
     rows = [
         (report["runId"], report["table"], since, evaluated_at, r["name"], r["expectation"], r["column"], r["level"],

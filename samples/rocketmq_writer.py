@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import cramjam
 
-from formats import rocketmq_layout as L
+from msglake.formats import rocketmq_layout as L
 
 #: Small files for tests and demos (the broker's default is 1 GiB).
 DEFAULT_TEST_FILE_SIZE = 1 << 20

@@ -11,8 +11,8 @@ import random
 import struct
 import time
 
-from formats.nsq_writer import NsqQueueWriter, encode_message
-from formats.samples import Expected, ExpectedQuarantine, GroundTruth
+from msglake.samples.nsq_writer import NsqQueueWriter, encode_message
+from msglake.samples.truth import Expected, ExpectedQuarantine, GroundTruth
 
 BASE_NS = 1_793_500_000_000_000_000  # 2026-11-01T02:26:40Z, fixed so runs repeat exactly
 TOPICS = (("orders", 2, True), ("payments", 1, True), ("audit.log-v2", 1, False))

@@ -1,8 +1,8 @@
 """msglake's Python code as one zip for Spark executors (``--py-files`` / ``SparkContext.addPyFile``).
 
 On a cluster the executors run msglake's codecs inside their Python workers, so they must
-import ``formats``, ``schemas``, ``pipelines`` and ``transforms``. The zip holds exactly the
-packages' ``.py`` files; its name carries a digest of their contents, so a rebuild with the
+import ``msglake.formats``, ``msglake.schemas``, ``msglake.pipelines`` and the rest. The zip
+holds the ``msglake`` package as it is installed (``.py`` files and the embedded settings); its name carries a digest of their contents, so a rebuild with the
 same code gives the same file and a changed checkout never reuses a stale one. Third-party
 libraries (pyarrow, numpy, orjson, cramjam, pandas, pydantic, pyyaml) must be installed on the
 executors or shipped as an environment archive (see the README, "Running on a cluster").
@@ -15,14 +15,30 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-PACKAGES = ("formats", "schemas", "pipelines", "transforms", "quality")
-#: Where the packages live (the repository, or site-packages for an installed msglake).
-SOURCE_ROOT = Path(__file__).resolve().parent.parent
+#: The subpackages of ``msglake`` (each a folder of the checkout, mapped by pyproject.toml).
+PACKAGES = ("conf", "schemas", "formats", "samples", "transforms", "quality", "pipelines")
+_DATA = (".py", ".yaml", ".properties")
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)  # zip entries carry no build time: same code, same bytes
 
 
-def _sources() -> list[Path]:
-    return sorted(p for pkg in PACKAGES for p in (SOURCE_ROOT / pkg).rglob("*.py") if "__pycache__" not in p.parts)
+def _sources() -> list[tuple[str, Path]]:
+    """(name in the zip, file) of every module and data file of the ``msglake`` package."""
+    import importlib
+
+    import msglake
+
+    roots = {"msglake": Path(msglake.__file__).parent}
+    roots.update({f"msglake/{p}": Path(importlib.import_module(f"msglake.{p}").__file__).parent for p in PACKAGES})
+    files = []
+    for prefix, root in roots.items():
+        walk = root.glob("*") if prefix == "msglake" else root.rglob("*")
+        for path in walk:
+            rel = path.relative_to(root)
+            if prefix == "msglake/conf" and rel.parts[0] == "local":
+                continue  # a user's local overlay (it may hold secrets) stays on this machine
+            if path.is_file() and path.suffix in _DATA and "__pycache__" not in path.parts:
+                files.append((f"{prefix}/{rel.as_posix()}", path))
+    return sorted(files)
 
 
 def build_pyfiles(out_dir: str | os.PathLike | None = None) -> str:
@@ -33,8 +49,8 @@ def build_pyfiles(out_dir: str | os.PathLike | None = None) -> str:
     """
     files = _sources()
     digest = hashlib.sha256()
-    for path in files:
-        digest.update(str(path.relative_to(SOURCE_ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for name, path in files:
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     folder = Path(out_dir or os.environ.get("MSGLAKE_DIST_DIR") or Path(tempfile.gettempdir(), "msglake-pyfiles"))
     folder.mkdir(parents=True, exist_ok=True)
     target = folder.resolve() / f"msglake-{digest.hexdigest()[:16]}.zip"
@@ -43,8 +59,8 @@ def build_pyfiles(out_dir: str | os.PathLike | None = None) -> str:
     fd, tmp = tempfile.mkstemp(dir=folder, suffix=".zip.tmp")
     os.close(fd)
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
-        for path in files:
-            info = zipfile.ZipInfo(str(path.relative_to(SOURCE_ROOT)), _FIXED_TIME)
+        for name, path in files:
+            info = zipfile.ZipInfo(name, _FIXED_TIME)
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, path.read_bytes())
     os.replace(tmp, target)  # atomic: concurrent builds of the same code agree

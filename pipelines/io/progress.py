@@ -15,8 +15,8 @@ from typing import IO
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from pipelines.checkpoint import bytes_moved
-from pipelines.sinks import RunCounts
+from msglake.pipelines.io.checkpoint import bytes_moved
+from msglake.pipelines.io.sinks import RunCounts
 
 
 def _offset_doc(offset_json: str | None) -> dict:

@@ -1,0 +1,127 @@
+"""``msglake replay``, ``msglake semantics`` and ``msglake load-events``: the brokers' delivery rules."""
+from __future__ import annotations
+
+import argparse
+
+from msglake.pipelines.cli.common import emit, load_settings, non_negative, parse_time
+from msglake.pipelines.cli.ingest import add_stop_timeout, stop_on_signals
+
+REPLAY_HELP = """Apply the brokers' delivery rules (docs/semantics.md) as of time T: for every
+message, when it became deliverable, whether it expired, was consumed, dead-lettered (with an
+x-death history, through chains of dead-letter topics) or dropped, and its state at T.
+
+inputs (each from the lake unless a file is given):
+  messages         the `messages` table, or --messages: JSON lines in the unified schema
+                   (docs/message-schema.md; topic, messageId, storeTimestamp required,
+                   times ISO-8601; producer retries (retryOf) and system copies are left out)
+  policies         `policies:` of the settings, or --policies: a YAML mapping of topic pattern
+                   -> {messageTtlMs, deadLetterTopic, deadLetterRoutingKey, deadLetterExchange,
+                   maxLength, maxLengthBytes, overflow, maxDeliveries, maxPriority, maxDelayMs,
+                   expiryAtHeadOnly}
+  consumer events  the `consumer_events` table (`msglake load-events`), or --events: JSON lines
+                   {"topic", "messageId" (uniqueId when the message has one, else messageId),
+                   "group" (optional), "event": delivered|acked|rejected|requeued,
+                   "time": ISO-8601 with zone}
+  consumer offsets the `consumer_offsets` table (RocketMQ), unless --no-offsets
+
+outputs: the Delta tables message_states, dead_letters and message_events (this T's rows
+replaced, other T's kept), or with --json-out DIR the files message_states.jsonl,
+dead_letters.jsonl and message_events.jsonl, sorted: the same inputs and T give the same bytes."""
+
+
+def register(sub, common) -> None:
+    rp = sub.add_parser("replay", parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter,
+                        help="states, dead letters and state changes of every message as of a time T",
+                        description=REPLAY_HELP)
+    rp.add_argument("--as-of", metavar="T",
+                    help="evaluation time, ISO-8601 (UTC when no zone) or epoch ms (default: the newest "
+                         "storeTimestamp of the input)")
+    rp.add_argument("--messages", metavar="PATH", help="JSON-lines file (or folder of *.json*) instead of the table")
+    rp.add_argument("--policies", metavar="FILE", help="policies YAML instead of the settings' policies")
+    rp.add_argument("--events", metavar="FILE", action="append",
+                    help="consumer events JSON lines instead of the table (repeatable)")
+    rp.add_argument("--no-offsets", action="store_true", help="ignore the consumer_offsets table")
+    rp.add_argument("--json-out", metavar="DIR", help="write JSON lines to DIR instead of the Delta tables")
+    rp.add_argument("--max-hops", type=int, default=16,
+                    help="dead-letter hops one message may make before it is dropped (reason hop_limit; "
+                         "default 16)")
+    rp.set_defaults(handler=replay)
+
+    se = sub.add_parser(
+        "semantics", parents=[common], help="follow the messages table and log state changes as event time passes",
+        description="A streaming job over the `messages` table: the event-time watermark (newest storeTimestamp "
+                    "minus --lateness) fires transformWithState timers (RocksDB state) that release scheduled "
+                    "messages at deliverAt and expire the rest at expireAt, dead-lettering them through the "
+                    "topic policies (chains, cycles, hop bound). Appends to `message_events` and `dead_letters` "
+                    "(asOf null), exactly once; checkpoint <lake>/_checkpoints/semantics. Consumption, "
+                    "rejections, overflow and RocketMQ retry chains are only known to `msglake replay`.",
+    )
+    se.add_argument("--available-now", action="store_true", help="catch up with the table, then stop")
+    se.add_argument("--interval", default="5 seconds", help="processing-time trigger (default '5 seconds')")
+    se.add_argument("--lateness", type=int, default=60,
+                    help="seconds a message may arrive after newer ones and still be on time (default 60)")
+    se.add_argument("--max-hops", type=int, default=16, help="dead-letter hops before a copy is dropped (default 16)")
+    add_stop_timeout(se)
+    se.set_defaults(handler=semantics)
+
+    le = sub.add_parser(
+        "load-events", parents=[common], help="append consumer events (JSON lines) to the consumer_events table",
+        description="Read consumer events, one JSON object per line: {\"topic\": ..., \"messageId\": ..., "
+                    "\"group\": ..., \"event\": \"delivered|acked|rejected|requeued\", \"time\": "
+                    "\"2026-11-01T10:00:00.250Z\"}, and add them to the Delta table consumer_events (an event "
+                    "already there is not added twice). Lines that do not fit are listed with their line "
+                    "number and reason, and the exit status is 1.",
+    )
+    le.add_argument("files", nargs="+", metavar="FILE")
+    le.set_defaults(handler=load_events)
+
+
+def replay(args) -> int:
+    from msglake.pipelines.io.paths import check_lake_root
+    from msglake.pipelines.jobs.replay import run_replay
+    from msglake.pipelines.session import build_session
+
+    settings = load_settings(args)
+    as_of = parse_time(args.as_of, "--as-of") if args.as_of else None
+    non_negative(args.max_hops, "--max-hops")
+    if not args.json_out:
+        check_lake_root(settings.lake.root, write=True)
+    spark = build_session(settings)
+    run = run_replay(spark, settings, as_of=as_of, messages=args.messages, policies=args.policies,
+                     events=args.events, use_offsets=not args.no_offsets, json_out=args.json_out,
+                     max_hops=args.max_hops)
+    emit(run.lines())
+    return 1 if run.rejected else 0
+
+
+def semantics(args) -> int:
+    from msglake.pipelines.io.paths import check_lake_root
+    from msglake.pipelines.jobs.semantics import run
+    from msglake.pipelines.session import build_session
+
+    settings = load_settings(args)
+    non_negative(args.lateness, "--lateness")
+    non_negative(args.max_hops, "--max-hops")
+    check_lake_root(settings.lake.root, write=True)
+    stop = stop_on_signals(args.stop_timeout)
+    spark = build_session(settings)
+    summary = run(spark, settings, available_now=args.available_now, interval=args.interval,
+                  lateness_seconds=args.lateness, max_hops=args.max_hops, stop=stop, stop_timeout=args.stop_timeout)
+    emit(summary.lines())
+    emit(f"  table {name}: {path}" for name, path in summary.tables.items())
+    return 0
+
+
+def load_events(args) -> int:
+    from msglake.pipelines.io.paths import check_lake_root
+    from msglake.pipelines.jobs.replay import load_events_table
+    from msglake.pipelines.session import build_session
+
+    settings = load_settings(args)
+    check_lake_root(settings.lake.root, write=True)
+    spark = build_session(settings)
+    loaded, added = load_events_table(spark, settings, args.files)
+    print(f"read {loaded.rows:,} consumer events; added {added:,} new to {settings.lake.table_path('consumer_events')}")
+    for r in loaded.rejected:
+        print(f"  line not loaded: {r.file}:{r.line}: {r.reason}")
+    return 1 if loaded.rejected else 0

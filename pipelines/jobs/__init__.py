@@ -1,0 +1,1 @@
+"""The jobs: each a function over a session and settings that reads like its data flow."""
