@@ -7,12 +7,13 @@ JARS   := .jars
 # Groups pyspark already ships in pyspark/jars: keep one copy of each on the classpath.
 JAR_EXCLUDES := org.scala-lang,org.apache.hadoop,com.fasterxml.jackson.core,com.fasterxml.jackson.datatype,org.apache.parquet,org.roaringbitmap,io.airlift,org.apache.logging.log4j,org.slf4j,commons-logging,commons-pool,org.locationtech.jts,com.google.code.findbugs,org.xerial.snappy,com.github.luben,javax.annotation
 
-.PHONY: setup demo test bench clean-demo help
+.PHONY: setup demo test test-fast bench clean-demo help
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo   - generate sample NSQ segments, ingest them into a local Delta lake, show the result"
-	@echo "make test   - run the test suite"
+	@echo "make test   - run the test suite (what CI runs)"
+	@echo "make test-fast - the quick lane for development: no Spark jobs end to end, subprocesses or notebooks"
 	@echo "make bench  - run the ingest and streaming benchmarks (see benchmarks/)"
 	@echo "make setup  - only create .venv, install msglake and fetch the Delta jars"
 
@@ -36,6 +37,9 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "not slow"
 
 bench: setup
 	$(BIN)/python benchmarks/suite.py

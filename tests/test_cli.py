@@ -4,9 +4,11 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # subprocesses: not in `make test-fast`
+
 
 def msglake(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], capture_output=True, text=True, **kw)
+    return subprocess.run([sys.executable, "-m", "msglake.pipelines.cli", *args], capture_output=True, text=True, **kw)
 
 
 @pytest.mark.parametrize("command", [[], ["ingest"], ["demo"], ["generate"]])
