@@ -4,8 +4,9 @@ import datetime as dt
 import pytest
 from pyspark.sql import functions as F
 
-from pipelines import settings as S
-from transforms.semantics import (
+from msglake.errors import ConfigError
+from msglake.pipelines import settings as S
+from msglake.transforms.semantics import (
     deliver_at,
     delay_exceeds_max,
     effective_priority,
@@ -16,6 +17,7 @@ from transforms.semantics import (
     state_at,
     stored_by,
 )
+from tests.conftest import assert_rows
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 1, tzinfo=UTC)
@@ -45,9 +47,10 @@ def test_the_most_specific_policy_wins_without_inheriting(spark):
     pol = policies({"*": {"messageTtlMs": 1}, "ord*": {"messageTtlMs": 2}, "orders.eu*": {"maxLength": 5},
                     "orders": {"messageTtlMs": 4}})
     df = spark.createDataFrame([("orders",), ("orders.eu-1",), ("order",), ("payments",)], "topic string")
-    got = [r.v for r in df.select(policy_value(pol, "messageTtlMs").alias("v")).collect()]
-    assert got == [4, None, 2, 1]  # orders.eu* wins for orders.eu-1 and sets no TTL
-    assert [r.v for r in df.select(policy_value({}, "messageTtlMs", 9).alias("v")).collect()] == [9] * 4
+    # orders.eu* wins for orders.eu-1 and sets no TTL
+    assert_rows(df.select("topic", policy_value(pol, "messageTtlMs").alias("v")),
+                [("orders", 4), ("orders.eu-1", None), ("order", 2), ("payments", 1)])
+    assert_rows(df.select(policy_value({}, "messageTtlMs", 9).alias("v")), [(9,)] * 4)
 
 
 def test_effective_ttl_is_the_smaller_of_queue_ttl_and_message_expiration(spark):
@@ -62,10 +65,9 @@ def test_effective_ttl_is_the_smaller_of_queue_ttl_and_message_expiration(spark)
         row(7, expire=500),                            # expireTime earlier than both
         row(8, born=100, expire=100),                  # expireTime at born: ignored (and flagged)
     ], COLS)
-    out = df.select("id", ms_of(expire_at(pol)).alias("e"), expire_time_ignored().alias("ignored")).collect()
-    assert [(r.id, r.e) for r in out] == [(1, 310), (2, 1010), (3, 1010), (4, None), (5, 10), (6, 1010), (7, 500),
-                                          (8, 1010)]
-    assert [r.id for r in out if r.ignored] == [8]
+    assert_rows(df.select("id", ms_of(expire_at(pol)).alias("e"), expire_time_ignored().alias("ignored")),
+                [(1, 310, False), (2, 1010, False), (3, 1010, False), (4, None, False), (5, 10, False),
+                 (6, 1010, False), (7, 500, False), (8, 1010, True)])
 
 
 def test_delivery_time_by_header_level_and_timer(spark):
@@ -75,14 +77,14 @@ def test_delivery_time_by_header_level_and_timer(spark):
         row(3, delay=5000, deliver=90_000),      # absolute time wins (RocketMQ TIMER_DELIVER_MS)
         row(4),                                  # no delay: when stored
     ], COLS)
-    assert [r.d for r in df.select(ms_of(deliver_at()).alias("d")).collect()] == [5000, 140, 90_000, 10]
+    assert_rows(df.select("id", ms_of(deliver_at()).alias("d")), [(1, 5000), (2, 140), (3, 90_000), (4, 10)])
 
 
 def test_delay_past_max_delay_is_flagged_not_dropped(spark):
     pol = policies({"orders": {"maxDelayMs": 60_000}})
     df = spark.createDataFrame([row(1, delay=60_000), row(2, delay=60_001), row(3, topic="x", delay=10**9),
                                 row(4, topic="x", delay=41 * 24 * 3600 * 1000)], COLS)
-    assert [r.f for r in df.select(delay_exceeds_max(pol).alias("f")).collect()] == [False, True, False, True]
+    assert_rows(df.select("id", delay_exceeds_max(pol).alias("f")), [(1, False), (2, True), (3, False), (4, True)])
 
 
 def test_priority_rules(spark):
@@ -95,9 +97,9 @@ def test_priority_rules(spark):
         row(5, topic="amqp.q", priority=5),                       # missing in AMQP mode: 0
         row(6, topic="amqp.q", priority=2, headers={"priority": "2"}),
     ], COLS)
-    got = [r.p for r in df.select(effective_priority(pol).alias("p")).collect()]
-    assert got == [7, 5, 5, 3, 0, 2]
-    assert [r.priority for r in df.collect()] == [7, 0, 11, 9, 5, 2]  # stored values never change
+    # The effective priority, and the stored one, which never changes.
+    assert_rows(df.select("id", effective_priority(pol).alias("p"), "priority"),
+                [(1, 7, 7), (2, 5, 0), (3, 5, 11), (4, 3, 9), (5, 0, 5), (6, 2, 2)])
 
 
 @pytest.mark.parametrize(("t", "states"), [
@@ -113,7 +115,7 @@ def test_state_at_replays_consistently(spark, t, states):
         row(3, topic="x", store=0),                                 # ready, never expires
         row(4),                                                     # ready, then expired (queue TTL)
     ], COLS)
-    assert [r.s for r in df.orderBy("id").select(state_at(at(t), pol).alias("s")).collect()] == states
+    assert_rows(df.orderBy("id").select("id", state_at(at(t), pol).alias("s")), list(zip([1, 2, 3, 4], states)))
     assert df.where(stored_by(at(5))).count() == 1  # a replay at T sees only what was stored by T (row 3)
 
 
@@ -124,7 +126,7 @@ def test_state_at_replays_consistently(spark, t, states):
     ({"orders": {"overflow": "drop-tail"}}, "policies.orders.overflow"),
 ])
 def test_policy_errors_name_the_key(doc, key):
-    with pytest.raises(S.SettingsError, match=key.replace(".", r"\.")):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         S.from_dict({"policies": doc})
 
 
@@ -140,5 +142,5 @@ def test_message_type_from_the_source_else_from_the_headers(spark):
         (None, None, None, "tx-1", None), (None, None, None, None, "shard-7"), (None, 0, None, None, None),
     ], "messageType string, delayTime bigint, deliver int, transactionId string, messageKey string").withColumn(
         "startDeliverTime", F.when(F.col("deliver").isNotNull(), F.current_timestamp()))
-    got = [r.t for r in df.select(message_type().alias("t")).collect()]
-    assert got == ["TRANSACTION", "DELAY", "DELAY", "TRANSACTION", "FIFO", "NORMAL"]
+    assert_rows(df.select(message_type().alias("t")),
+                [("TRANSACTION",), ("DELAY",), ("DELAY",), ("TRANSACTION",), ("FIFO",), ("NORMAL",)])
