@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import sys
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from msglake.conf import HERE as CONF_DIR, LOG4J
@@ -50,6 +53,51 @@ def submitted() -> bool:
     return os.environ.get("MSGLAKE_SPARK_SUBMIT") == "1"
 
 
+def log_file(settings: Settings) -> Path:
+    """Where Spark's own output goes: ``<lake>/_logs/spark.log`` when the lake root exists and is
+    writable, else ``msglake-logs/spark.log`` in the system temp folder (a read-only lake, or one
+    not made yet: a query must not create it)."""
+    root = Path(settings.lake.root)
+    folder = Path(settings.lake.log_dir())
+    if not (root.is_dir() and os.access(root, os.W_OK)):
+        folder = Path(tempfile.gettempdir(), "msglake-logs")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        folder = Path(tempfile.mkdtemp(prefix="msglake-logs-"))
+    return folder / "spark.log"
+
+
+@contextmanager
+def _children_write_to(path: Path):
+    """Processes started inside inherit ``path`` as their stderr, this process keeps its own.
+
+    The JVM and the Python workers it starts print log lines, JVM warnings ("Using incubator
+    modules") and worker messages on stderr: they go to the log file, not the user's terminal.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+
+
+def _quiet_query_context_loggers() -> None:
+    """PySpark logs every failed query as a JSON record with a stack trace on stderr before it
+    raises; msglake reports the error itself, as one line (the records stay with --verbose)."""
+    if logging.getLogger("msglake").isEnabledFor(logging.DEBUG):
+        return
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+
+
 def build_session(settings: Settings, app_name: str | None = None, master: str | None = None):
     """Create (or return the running) SparkSession for ``settings``.
 
@@ -85,6 +133,10 @@ def build_session(settings: Settings, app_name: str | None = None, master: str |
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        # base64() without a line break every 76 characters (JSON output, raw bytes in reports).
+        "spark.sql.chunkBase64String.enabled": "false",
+        # The stage progress bar fills non-terminal logs with thousands of lines; msglake has its own.
+        "spark.ui.showConsoleProgress": "false",
     }
     builder = SparkSession.builder.appName(app_name or settings.spark.appName)
     master = master or settings.spark.master
@@ -95,8 +147,15 @@ def build_session(settings: Settings, app_name: str | None = None, master: str |
     conf.update({k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in settings.spark.conf.items()})
     for k, v in conf.items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is None and not submitted():
+        with _children_write_to(log_file(settings)):
+            spark = builder.getOrCreate()
+    else:
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    _quiet_query_context_loggers()
     if not submitted() and not is_local(master):
         from msglake.pipelines.io.package import build_pyfiles
 

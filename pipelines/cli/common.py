@@ -32,7 +32,9 @@ def common_options() -> argparse.ArgumentParser:
                              "default from settings: spark.master)")
     common.add_argument("--lake", metavar="DIR", default=os.environ.get("MSGLAKE_LAKE_ROOT"),
                         help="lake root folder holding the Delta tables (env MSGLAKE_LAKE_ROOT; "
-                             "default from settings: lake.root). Spark's log lines go to DIR/_logs/")
+                             "default from settings: lake.root). Spark's own output (JVM and worker log lines) goes to "
+                             "DIR/_logs/spark.log, or to msglake-logs/ in the system temp folder while DIR does not "
+                             "exist or is read-only")
     add_verbose(common)
     return common
 
