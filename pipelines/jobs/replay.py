@@ -154,14 +154,48 @@ def read_messages_json(spark: SparkSession, path: str) -> Loaded:
           .json(files).withColumn("_file", F.input_file_name()).cache())
     bad_rows = df.where(F.col("_corrupt").isNotNull() | F.col("topic").isNull() | F.col("messageId").isNull()
                         | F.col("storeTimestamp").isNull())
-    rejected = [RejectedLine(r["_file"].removeprefix("file://"), 0, "unparseable or missing topic/messageId/storeTimestamp: "
-                             + (r["_corrupt"] or "")[:120]) for r in bad_rows.limit(20).collect()]
     n_bad = bad_rows.count()
+    rejected = _bad_message_lines(sorted({r["_file"] for r in bad_rows.select("_file").distinct().collect()}), n_bad)
     if n_bad > len(rejected):
         rejected.append(RejectedLine(path, 0, f"... {n_bad - len(rejected)} more"))
     good = df.where(F.col("_corrupt").isNull() & F.col("topic").isNotNull() & F.col("messageId").isNotNull()
                     & F.col("storeTimestamp").isNotNull()).drop("_corrupt", "_file")
     return Loaded(good, good.count(), rejected)
+
+
+#: Bad input lines listed by name and number at most; the rest are counted.
+LISTED_LINES = 20
+REQUIRED_MESSAGE_FIELDS = ("topic", "messageId", "storeTimestamp")
+
+
+def _bad_message_lines(uris: list[str], n_bad: int) -> list[RejectedLine]:
+    """The first bad lines of the files Spark found bad rows in, with their numbers (Spark's JSON
+    reader keeps none): read again in Python, only when there are bad rows. A line only Spark
+    rejects (a value of the wrong type) is counted, not listed."""
+    from urllib.parse import unquote, urlparse
+
+    out: list[RejectedLine] = []
+    for uri in uris:
+        path = unquote(urlparse(uri).path) if uri.startswith("file:") else uri
+        with open(path, "rb") as f:
+            for n, raw in enumerate(f, 1):
+                if len(out) >= min(n_bad, LISTED_LINES):
+                    return out
+                if not raw.strip():
+                    continue
+                try:
+                    rec = orjson.loads(raw)
+                except orjson.JSONDecodeError as e:
+                    out.append(RejectedLine(path, n, f"not JSON: {e}"))
+                    continue
+                if not isinstance(rec, dict):
+                    out.append(RejectedLine(path, n, "not a JSON object"))
+                    continue
+                missing = [k for k in REQUIRED_MESSAGE_FIELDS if rec.get(k) is None]
+                if missing:
+                    out.append(RejectedLine(path, n, f"missing {', '.join(missing)} (required: "
+                                                     f"{', '.join(REQUIRED_MESSAGE_FIELDS)})"))
+    return out
 
 
 def default_as_of(messages: DataFrame) -> dt.datetime:

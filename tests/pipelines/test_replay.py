@@ -120,7 +120,10 @@ def test_replay_over_the_lake_tables(spark, replayed):
 
 
 def test_views(spark, replayed):
+    from msglake.pipelines.io.catalog import register_tables
+
     settings, _, _ = replayed
+    register_tables(spark, settings)  # the shared session's names point at whichever lake a test opened last
     lake = settings.lake.table_path
     names = {r.viewName for r in spark.sql("SHOW VIEWS").collect()} | {t.name for t in spark.catalog.listTables()}
     assert {"v_messages", "v_trace", "v_dead_letters", "v_backlog"} <= names
@@ -154,13 +157,29 @@ def test_views(spark, replayed):
     assert rmq is not None and "%RETRY%billing" in rmq.topics
 
 
-def test_a_view_whose_columns_are_missing_is_left_out_not_fatal(spark, tmp_path, capsys):
-    from msglake.pipelines.io.views import register_views
+def test_a_view_whose_columns_are_missing_is_left_out_not_fatal(spark, tmp_path, caplog):
+    from msglake.pipelines.io.views import LOG, register_views
 
     spark.createDataFrame([("t", 1)], "topic string, partition int").createOrReplaceTempView("messages")
+    LOG.addHandler(caplog.handler)  # the CLI's "msglake" logger does not pass records up to pytest's
     try:
         assert register_views(spark, {"messages"}) == []   # both views read columns it lacks
-        assert "view v_messages not registered" in capsys.readouterr().err
+        assert "view v_messages not registered" in caplog.text
         assert not spark.catalog.tableExists("v_messages")
     finally:
+        LOG.removeHandler(caplog.handler)
         spark.catalog.dropTempView("messages")
+
+
+def test_bad_message_lines_are_listed_with_their_numbers(spark, tmp_path, capsys):
+    messages = tmp_path / "messages.jsonl"
+    good = open(f"{EXAMPLE}/messages.jsonl").read().splitlines()
+    messages.write_text("\n".join(good[:2] + ["{not json", '{"topic": "orders", "messageId": "x-1"}'] + good[2:]
+                                  + ["[1, 2]"]) + "\n")
+    args = example_args(tmp_path, "2026-11-01T10:05:00Z", tmp_path / "out")
+    args[args.index("--messages") + 1] = str(messages)
+    assert cli.main(args) == 1  # the replay ran; the exit status says input lines were not used
+    out = capsys.readouterr().out
+    listed = [line.strip() for line in out.splitlines() if "input line not used" in line]
+    assert [line.split(": ")[1] for line in listed] == [f"{messages}:3", f"{messages}:4", f"{messages}:{len(good) + 3}"]
+    assert "not JSON" in listed[0] and "missing storeTimestamp" in listed[1] and "not a JSON object" in listed[2]
