@@ -48,6 +48,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_stream.py
 	$(BIN)/python benchmarks/bench_replay.py
 	$(BIN)/python benchmarks/bench_trace.py
+	$(BIN)/python benchmarks/bench_sql.py
 
 clean-demo:
 	rm -rf lake demo-data

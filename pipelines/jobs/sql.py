@@ -8,39 +8,28 @@ import json
 from pyspark.sql import DataFrame, functions as F, types as T
 
 from msglake.errors import QueryError, QueryRefused, spark_message
-
-#: Commands that only read (parsed plans that are Spark "commands" but change nothing).
-READ_ONLY_COMMANDS = frozenset(
-    """ShowTables ShowViews ShowColumns ShowCreateTable ShowTableProperties ShowPartitions ShowFunctions
-    ShowNamespaces DescribeRelation DescribeColumn DescribeNamespace DescribeFunction DescribeQueryCommand
-    ExplainCommand""".split()
-)
-
-
-def statement(spark, sql: str) -> tuple[str, bool]:
-    """(kind of the parsed statement, whether it may write), without running it."""
-    plan = spark._jsparkSession.sessionState().sqlParser().parsePlan(sql)
-    kind = plan.getClass().getSimpleName()
-    command = spark._jvm.java.lang.Class.forName("org.apache.spark.sql.catalyst.plans.logical.Command")
-    writes = kind == "InsertIntoStatement" or (command.isInstance(plan) and kind not in READ_ONLY_COMMANDS)
-    return kind, writes
+from msglake.pipelines.jobs.readonly import check_analysed, check_parsed, lake_relations, read_only_session
 
 
 def run_sql(spark, sql: str, allow_writes: bool = False) -> DataFrame:
-    """Run one statement; one that may write is refused unless ``allow_writes``.
-
-    The check happens on the parsed plan before anything runs (``spark.sql`` would execute a
-    command at once).
+    """Run one statement. Read-only unless ``allow_writes``: the statement is checked on its parsed
+    and analysed plans (:mod:`msglake.pipelines.jobs.readonly`) in a read-only session before
+    anything of it runs, and refused unless it only reads the lake's tables and views.
     """
     from pyspark.errors import AnalysisException
 
     try:
-        kind, writes = statement(spark, sql)
-        if writes and not allow_writes:
-            raise QueryRefused(f"refused: {kind} can change the lake; msglake sql is read-only unless --allow-writes "
-                               "is given")
-        return spark.sql(sql)
+        if allow_writes:
+            return spark.sql(sql)
+        session = read_only_session(spark)
+        lake = lake_relations(session)
+        check_parsed(session, sql, lake)
+        df = session.sql(sql)
+        check_analysed(session, df, lake)
+        return df
     except AnalysisException as e:  # ParseException included
+        if e.getCondition() == "PARSE_SYNTAX_ERROR" and ";" in sql and "extra input" in str(e):
+            raise QueryRefused("refused: more than one statement; give one statement per call") from None
         raise QueryError(f"SQL error: {spark_message(e)}") from None
 
 
