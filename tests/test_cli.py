@@ -1,4 +1,4 @@
-"""The msglake command as a user runs it (a real subprocess; these never start Spark)."""
+"""The msglake command as a user runs it: a real subprocess, its exit status and what reaches the terminal."""
 import subprocess
 import sys
 
@@ -47,3 +47,24 @@ def test_generate_writes_a_rocketmq_store(tmp_path):
     first = tmp_path / "store" / "commitlog" / "00000000000000000000"
     assert first.stat().st_size == 65536 and "corrupt records" in r.stdout
     assert (tmp_path / "store" / "config" / "consumerOffset.json").exists()
+
+
+def test_spark_output_stays_off_the_terminal(tmp_path):
+    """One Spark start for three things a new user meets: an empty source folder ingested, a query, a
+    failing query. The terminal gets msglake's lines only; Spark's own go to <lake>/_logs/spark.log."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    conf = tmp_path / "c.yaml"
+    conf.write_text(f"sources: [{{name: s, format: nsq-ext, path: '{empty}'}}]\n")
+    lake = str(tmp_path / "lake")
+    r = msglake("ingest", "--conf", str(conf), "--lake", lake)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert "decoded                 0 messages" in r.stdout and "every byte of this run is accounted for" in r.stdout
+    assert "WARN" in (tmp_path / "lake" / "_logs" / "spark.log").read_text()  # the ingest's own Spark output
+    r = msglake("sql", "SELECT count(*) AS n FROM messages", "--lake", lake, "--format", "csv")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "n\n0\n", "")
+    r = msglake("sql", "SELECT nope FROM messages", "--lake", lake)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("msglake: error: SQL error: UNRESOLVED_COLUMN") and r.stderr.count("\n") == 1, r.stderr
+    log = (tmp_path / "lake" / "_logs" / "spark.log").read_text()
+    assert "WARN" in log or "WARNING" in log

@@ -26,12 +26,14 @@ def register(sub, common) -> None:
 
 def quality(args) -> int:
     from msglake.pipelines.io.paths import check_lake_root
-    from msglake.pipelines.jobs.quality import run_quality
+    from msglake.pipelines.jobs.quality import check_table, run_quality
     from msglake.pipelines.session import build_session
 
     settings = load_settings(args)
     since = parse_time(args.since, "--since") if args.since else None
     check_lake_root(settings.lake.root, write=True)  # quality_results is a table of the lake
+    for table in args.table or ["messages"]:
+        check_table(settings, table)  # before Spark starts
     spark = build_session(settings)
     worst = 0
     for table in args.table or ["messages"]:

@@ -12,9 +12,8 @@ from msglake.errors import InputError, LakeError
 
 
 def check_lake_root(root: str, write: bool = True) -> None:
-    """The lake root is a folder msglake can use: readable, and writable when ``write``.
-
-    A root that does not exist yet is fine when its nearest existing parent is writable.
+    """The lake root is a folder msglake can use: readable, and writable when ``write`` (then it is
+    created if it does not exist yet and its nearest existing parent is writable).
 
     >>> check_lake_root("/proc/version")
     Traceback (most recent call last):
@@ -31,6 +30,9 @@ def check_lake_root(root: str, write: bool = True) -> None:
     if write and not os.access(existing, os.W_OK | os.X_OK):
         what = "is read-only" if existing == path else f"cannot be created: {existing} is read-only"
         raise LakeError(f"lake root {path} {what}: this command writes to the lake (use a writable lake.root)")
+    if write:
+        # Made now, so Spark's log of this very run lands in <root>/_logs (the session looks for it).
+        os.makedirs(path, exist_ok=True)
 
 
 def check_source_folder(name: str, path: str) -> None:

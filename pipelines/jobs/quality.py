@@ -61,11 +61,17 @@ class QualityRun:
         return out
 
 
-def _table(spark: SparkSession, settings: Settings, table: str) -> DataFrame:
+def check_table(settings: Settings, table: str) -> str:
+    """The table's path; a table not in the lake yet is an error saying which job makes it (no Spark needed)."""
     path = settings.lake.table_path(table)
     if not os.path.isdir(os.path.join(path, "_delta_log")):
         hint = "msglake replay" if table == "dead_letters" else "msglake ingest"
         raise LakeError(f"table {table} not found at {path}: run {hint} first")
+    return path
+
+
+def _table(spark: SparkSession, settings: Settings, table: str) -> DataFrame:
+    path = check_table(settings, table)
     # A table an older msglake wrote gains the columns the suite checks (e.g. quarantine.rule).
     ensure_table(spark, settings, next(spec for spec in LAKE_TABLES if spec.name == table))
     return spark.read.format("delta").load(path)
