@@ -186,6 +186,12 @@ def test_the_queries_users_are_shown_still_answer(spark, replayed, capsys):
 
 
 def test_writes_run_with_allow_writes_only(spark, lake):
+    from msglake.pipelines.io.catalog import register_tables
+
+    # The shared session's table names point at the lake a test opened last: make it this one,
+    # or the DELETE below would hit another test's lake.
+    register_tables(spark, lake)
+    assert spark.sql("DESCRIBE DETAIL messages").first()["location"].endswith(lake.lake.table_path("messages"))
     before = spark.table("messages").count()
     with pytest.raises(QueryRefused, match="refused in read-only mode: DELETE"):
         run_sql(spark, "DELETE FROM messages WHERE true")
