@@ -51,6 +51,7 @@ class QueryServer(flight.FlightServerBase):
         self._prepared: dict[bytes, str] = {}  # prepared statement handle -> its (checked) SQL
         self._lock = threading.Lock()
         self._tables: set[str] = set()
+        self._read_only = None  # the read-only session queries run in, made again when tables appear
         #: Statements received, refused ones included.
         self.statements = 0
 
@@ -61,18 +62,21 @@ class QueryServer(flight.FlightServerBase):
         from msglake.pipelines.io.catalog import register_tables
         from msglake.schemas import TABLE_NAMES
 
+        from msglake.pipelines.jobs.readonly import read_only_session
+
         have = {t for t in TABLE_NAMES if Path(self.settings.lake.table_path(t), "_delta_log").is_dir()}
         with self._lock:
-            if have != self._tables:
+            if have != self._tables or self._read_only is None:
                 register_tables(self.spark, self.settings)
+                self._read_only = read_only_session(self.spark)
                 self._tables = have
+            return self._read_only
 
     def _run(self, sql: str):
         from msglake.pipelines.jobs.sql import run_sql
 
         self.statements += 1
-        self._fresh()
-        return run_sql(self.spark, sql)
+        return run_sql(self.spark, sql, read_only=self._fresh())
 
     @staticmethod
     def _error(e: Exception) -> flight.FlightError:

@@ -11,17 +11,18 @@ from msglake.errors import QueryError, QueryRefused, spark_message
 from msglake.pipelines.jobs.readonly import check_analysed, check_parsed, lake_relations, read_only_session
 
 
-def run_sql(spark, sql: str, allow_writes: bool = False) -> DataFrame:
+def run_sql(spark, sql: str, allow_writes: bool = False, read_only=None) -> DataFrame:
     """Run one statement. Read-only unless ``allow_writes``: the statement is checked on its parsed
     and analysed plans (:mod:`msglake.pipelines.jobs.readonly`) in a read-only session before
     anything of it runs, and refused unless it only reads the lake's tables and views.
+    ``read_only``: such a session made before (:func:`read_only_session` of ``spark``), to reuse.
     """
     from pyspark.errors import AnalysisException
 
     try:
         if allow_writes:
             return spark.sql(sql)
-        session = read_only_session(spark)
+        session = read_only or read_only_session(spark)
         lake = lake_relations(session)
         check_parsed(session, sql, lake)
         df = session.sql(sql)
