@@ -68,3 +68,30 @@ def test_spark_output_stays_off_the_terminal(tmp_path):
     assert r.stderr.startswith("msglake: error: SQL error: UNRESOLVED_COLUMN") and r.stderr.count("\n") == 1, r.stderr
     log = (tmp_path / "lake" / "_logs" / "spark.log").read_text()
     assert "WARN" in log or "WARNING" in log
+
+
+def test_unusable_folders_fail_in_one_line_before_spark_starts(tmp_path):
+    """Checked before any JVM starts (these return in well under Spark's start time) and before
+    anything is written. (A read-only lake cannot be made for root, who runs the tests.)"""
+    not_a_folder = tmp_path / "afile"
+    not_a_folder.write_text("x")
+    source = tmp_path / "nsq"
+    source.mkdir()
+    conf = tmp_path / "c.yaml"
+    conf.write_text(f"sources: [{{name: s, format: nsq-ext, path: '{source}'}}]\n")
+    missing = tmp_path / "m.yaml"
+    missing.write_text(f"sources: [{{name: s, format: nsq-ext, path: '{tmp_path / 'gone'}'}}]\n")
+    lake = tmp_path / "lake"
+    cases = [
+        (["ingest", "--conf", str(conf), "--lake", str(not_a_folder)], "is a file, not a folder"),
+        (["stream", "--conf", str(conf), "--lake", str(not_a_folder), "--available-now"], "is a file, not a folder"),
+        (["quality", "--lake", str(not_a_folder)], "is a file, not a folder"),
+        (["serve", "--lake", str(not_a_folder)], "is a file, not a folder"),
+        (["ingest", "--conf", str(missing), "--lake", str(lake)], "does not exist"),
+        (["quality", "--lake", str(lake)], "table messages not found"),
+        (["sql", "SELECT 1", "--limit", "0"], "--limit"),
+    ]
+    for args, message in cases:
+        r = msglake(*args, timeout=30)
+        assert r.returncode == 2 and message in r.stderr and r.stderr.count("\n") == 1, (args, r.stderr)
+    assert not_a_folder.read_text() == "x" and not lake.exists()

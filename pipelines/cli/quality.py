@@ -1,6 +1,7 @@
 """``msglake quality``: validate lake tables and write data-quality reports."""
 from __future__ import annotations
 
+import os
 import time
 
 from msglake.pipelines.cli.common import emit, load_settings, parse_time
@@ -31,9 +32,10 @@ def quality(args) -> int:
 
     settings = load_settings(args)
     since = parse_time(args.since, "--since") if args.since else None
+    if not os.path.isfile(settings.lake.root):  # (a file as the root: check_lake_root says so)
+        for table in args.table or ["messages"]:
+            check_table(settings, table)  # before Spark starts, and before anything is written
     check_lake_root(settings.lake.root, write=True)  # quality_results is a table of the lake
-    for table in args.table or ["messages"]:
-        check_table(settings, table)  # before Spark starts
     spark = build_session(settings)
     worst = 0
     for table in args.table or ["messages"]:
