@@ -1,6 +1,8 @@
 """What every segment codec shares: segment descriptions, decode results, Arrow helpers."""
 from __future__ import annotations
 
+import os
+
 from dataclasses import asdict, dataclass, field
 from typing import Iterator, Protocol
 
@@ -70,8 +72,25 @@ class ScanResult:
     segments: list[SegmentInfo] = field(default_factory=list)
     #: Files that are not segments and are not read (meta files are not listed here), with why.
     ignored: dict[str, str] = field(default_factory=dict)
+    #: Their bytes: on disk under the root but not segment bytes, so apart from the accounting.
+    ignored_bytes: int = 0
     #: Remarks on the scan a user should see (missing meta files, ...).
     notes: list[str] = field(default_factory=list)
+
+    def ignore(self, rel: str, why: str, size: int) -> None:
+        self.ignored[rel] = why
+        self.ignored_bytes += size
+
+    def ignore_tree(self, folder: str, rel: str, why: str) -> None:
+        """Every file under ``folder`` (``rel`` relative to the root), none of which is read."""
+        for dirpath, _, names in os.walk(folder):
+            for name in names:
+                path = os.path.join(dirpath, name)
+                try:
+                    size = os.stat(path).st_size
+                except OSError:
+                    size = 0
+                self.ignore(rel + "/" + os.path.relpath(path, folder), why, size)
 
 
 @dataclass

@@ -324,6 +324,8 @@ class NsqExtCodec:
             raise FileNotFoundError(f"nsq-ext source path {root!r} is not a directory")
         for topic_dir in sorted(os.scandir(root), key=lambda e: e.name):
             if not topic_dir.is_dir():
+                if topic_dir.is_file():
+                    result.ignore(topic_dir.name, "not in a topic folder", topic_dir.stat().st_size)
                 continue
             self._scan_topic(root, topic_dir.name, result)
         return result
@@ -333,6 +335,9 @@ class NsqExtCodec:
         queues: dict[int, list[tuple[int, os.DirEntry]]] = {}
         for entry in sorted(os.scandir(topic_path), key=lambda e: e.name):
             rel = f"{folder}/{entry.name}"
+            if entry.is_dir():
+                result.ignore_tree(entry.path, rel, "in a folder nested in a topic folder (nsqd writes none)")
+                continue
             if not entry.is_file():
                 continue
             why = L.classify(entry.name)
@@ -347,7 +352,7 @@ class NsqExtCodec:
                                     problem=f"segment file name {entry.name!r} does not parse", whole_file=True)
                     )
                 else:
-                    result.ignored[rel] = "not an NSQ disk-queue file"
+                    result.ignore(rel, "not an NSQ disk-queue file", entry.stat().st_size)
                 continue
             if m["topic"] != folder:
                 problem = f"queue {m['topic']!r} of file {entry.name!r} does not belong to topic folder {folder!r}"

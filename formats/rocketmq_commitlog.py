@@ -455,6 +455,9 @@ class RocketMqCommitLogCodec:
         result = ScanResult()
         files: list[tuple[int, os.DirEntry]] = []
         for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+            if entry.is_dir() and rel:  # the broker writes no folder inside a store's commitlog/
+                result.ignore_tree(entry.path, rel + entry.name, "in a folder nested in the commitlog folder")
+                continue
             if not entry.is_file() or entry.name.startswith("."):
                 continue
             if L.FILE_NAME_RE.match(entry.name):
@@ -462,7 +465,7 @@ class RocketMqCommitLogCodec:
                 continue
             size = entry.stat().st_size
             if not _looks_like_commitlog(entry.path):
-                result.ignored[rel + entry.name] = "not a CommitLog file (name is not 20 digits, no record at byte 0)"
+                result.ignore(rel + entry.name, "not a CommitLog file (name is not 20 digits, no record at byte 0)", size)
                 continue
             # A CommitLog file under another name: its offset is unknown, so no record can be
             # checked; keep its bytes in quarantine rather than guess.

@@ -49,6 +49,8 @@ class IngestSummary:
     deleted_unread: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     ignored: dict[str, str] = field(default_factory=dict)
+    #: Bytes of the ignored files: under the source root, but no segment bytes (not in on_disk).
+    ignored_bytes: int = 0
     #: Bytes that hold no record by design (RocketMQ's end-of-file blanks).
     padding_bytes: int = 0
     #: Rows of consumer-offset snapshots written (RocketMQ stores with config/consumerOffset.json).
@@ -85,7 +87,11 @@ class IngestSummary:
             out.append(f"  consumer offsets: {self.offset_rows:,} rows snapshotted into consumer_offsets")
         out += [f"  note: {n}" for n in self.notes]
         if self.ignored:
-            out.append(f"  {len(self.ignored)} file(s) not read: " + ", ".join(f"{p} ({why})" for p, why in sorted(self.ignored.items())[:5]))
+            shown = sorted(self.ignored.items())[:5]
+            more = f", ... {len(self.ignored) - len(shown)} more" if len(self.ignored) > len(shown) else ""
+            out.append(f"  not read: {len(self.ignored)} file(s), {self.ignored_bytes:,} bytes under the source root "
+                       "that are no segments (not counted in on disk): "
+                       + ", ".join(f"{p} ({why})" for p, why in shown) + more)
         return out
 
 
@@ -202,6 +208,7 @@ def run(
         tables=tables,
         notes=scan.notes + (offsets.problems if offsets is not None else []),
         ignored=scan.ignored,
+        ignored_bytes=scan.ignored_bytes,
         offset_rows=offsets.rows_written if offsets is not None else 0,
         rule_hits={rule: (settings.quality.levels()[rule], n) for rule, n in counts.rule_hits().items()},
     )

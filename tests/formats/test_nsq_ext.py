@@ -302,6 +302,23 @@ def test_names_that_do_not_parse(tmp_path):
     assert got == [("bad topic!-0.diskqueue.000000.dat", "topic"), ("misplaced-0.diskqueue.00x.dat", "segment"),
                    ("other-0.diskqueue.000000.dat", "queue")]
     assert result.scan.ignored == {"misplaced/README.txt": "not an NSQ disk-queue file"}
+    assert result.scan.ignored_bytes == len("not a segment")
+
+
+def test_files_outside_the_layout_are_listed_with_their_bytes_not_skipped_silently(tmp_path):
+    with NsqQueueWriter(str(tmp_path), "orders", 0) as w:
+        w.put(b"x", timestamp_ns=TS)
+    nested = tmp_path / "orders" / "nest" / "sub"
+    nested.mkdir(parents=True)
+    (nested / "orders-0.diskqueue.000000.dat").write_bytes(b"\x00" * 7938)  # looks like a segment, but nested
+    (tmp_path / "stray.dat").write_bytes(b"12345")
+    result = decode(tmp_path)
+    assert len(rows(result)) == 1  # the real segment is read as before
+    assert result.scan.ignored == {
+        "orders/nest/sub/orders-0.diskqueue.000000.dat": "in a folder nested in a topic folder (nsqd writes none)",
+        "stray.dat": "not in a topic folder"}
+    assert result.scan.ignored_bytes == 7938 + 5
+    assert all("nest" not in s.path for s in result.scan.segments)
 
 
 def test_source_root_that_is_not_a_folder(tmp_path):

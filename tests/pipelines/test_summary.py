@@ -30,3 +30,11 @@ def test_bytes_moved_counts_advances_and_lost_ranges():
     end = {"version": 1, "segments": {"a": 150, "c": 30}, "deleted": {"b": [40, 70], "d": [0, None]}}
     assert bytes_moved(start, end) == 50 + 30 + 30
     assert bytes_moved(None, {"version": 1, "segments": {"a": 7}}) == 7
+
+
+def test_files_not_read_are_listed_with_their_bytes_apart_from_on_disk():
+    ignored = {f"t/nest/f{i}.dat": "in a folder nested in a topic folder (nsqd writes none)" for i in range(7)}
+    text = "\n".join(summary(ignored=ignored, ignored_bytes=7938).lines())
+    assert "on disk 5,050 bytes" in text  # unchanged: the ignored bytes are no segment bytes
+    assert "not read: 7 file(s), 7,938 bytes under the source root that are no segments (not counted in on disk)" in text
+    assert "t/nest/f0.dat (in a folder nested" in text and "... 2 more" in text
