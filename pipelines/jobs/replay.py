@@ -160,6 +160,13 @@ def read_messages_json(spark: SparkSession, path: str) -> Loaded:
         rejected.append(RejectedLine(path, 0, f"... {n_bad - len(rejected)} more"))
     good = df.where(F.col("_corrupt").isNull() & F.col("topic").isNotNull() & F.col("messageId").isNotNull()
                     & F.col("storeTimestamp").isNotNull()).drop("_corrupt", "_file")
+    # A line's own "priority" is the producer's: the transforms tell a given priority from a
+    # decoder's default by headers.priority (segments carry the header), so set it from the field.
+    given = F.create_map(F.lit("priority"), F.col("priority").cast("string"))
+    good = good.withColumn("headers", F.when(F.col("priority").isNull() | F.col("headers")["priority"].isNotNull(),
+                                             F.col("headers"))
+                           .when(F.col("headers").isNull(), given)
+                           .otherwise(F.map_concat(F.col("headers"), given)))
     return Loaded(good, good.count(), rejected)
 
 

@@ -6,8 +6,10 @@ import os
 import shutil
 
 import pytest
+from pyspark.sql import functions as F
 
 from msglake.pipelines import cli
+from tests.conftest import assert_rows
 
 pytestmark = pytest.mark.slow
 
@@ -183,3 +185,21 @@ def test_bad_message_lines_are_listed_with_their_numbers(spark, tmp_path, capsys
     listed = [line.strip() for line in out.splitlines() if "input line not used" in line]
     assert [line.split(": ")[1] for line in listed] == [f"{messages}:3", f"{messages}:4", f"{messages}:{len(good) + 3}"]
     assert "not JSON" in listed[0] and "missing storeTimestamp" in listed[1] and "not a JSON object" in listed[2]
+
+
+def test_a_json_lines_priority_is_the_producers(spark, tmp_path):
+    from msglake.pipelines.jobs.replay import read_messages_json
+    from msglake.transforms.semantics import effective_priority
+
+    lines = [{"topic": "amqp.q", "messageId": "a", "storeTimestamp": "2026-11-01T10:00:00Z", "priority": 2},
+             {"topic": "amqp.q", "messageId": "b", "storeTimestamp": "2026-11-01T10:00:01Z"},
+             {"topic": "amqp.q", "messageId": "c", "storeTimestamp": "2026-11-01T10:00:02Z", "priority": 9,
+              "headers": {"x": "1"}},
+             {"topic": "amqp.q", "messageId": "d", "storeTimestamp": "2026-11-01T10:00:03Z", "priority": 1,
+              "headers": {"priority": "1"}}]
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    loaded = read_messages_json(spark, str(tmp_path / "m.jsonl"))
+    got = loaded.df.select("messageId", effective_priority({"amqp.*": {"maxPriority": 3}}).alias("p"),
+                           F.col("headers")["x"].alias("x")).orderBy("messageId")
+    # given 2; missing: 0 (AMQP); 9 above the maximum: 3, other headers kept; header and field agree: 1
+    assert_rows(got, [("a", 2, None), ("b", 0, None), ("c", 3, "1"), ("d", 1, None)])
