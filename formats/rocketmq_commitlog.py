@@ -825,6 +825,7 @@ class RocketMqCommitLogCodec:
             "physicalOffset": pa.array(be_int(buf, p + 28, 8)[o]),
             "messageId": _message_ids(buf, store_at[o], p[o], store_v6[o]),
             "uniqueId": uniq,
+            "producerUniqueId": props.first("UNIQ_KEY"),
             "bornTimestamp": _timestamps(born_ms),
             "bornHost": _host_strings(buf, (p + L.BORN_HOST_AT)[o], born_v6[o]),
             "storeTimestamp": _timestamps(store_all[o]),

@@ -18,6 +18,10 @@ import pyarrow.compute as pc
 
 from msglake.formats.rocketmq_layout import CRC32_KEY, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, RESERVED_KEYS
 
+#: Names whose first value in a record is kept too: the broker appends a batch send's own
+#: properties after each message's, so the message's UNIQ_KEY is the first and the batch's the last.
+FIRST_OF = ("UNIQ_KEY",)
+
 
 @dataclass
 class Properties:
@@ -32,8 +36,14 @@ class Properties:
     codes: np.ndarray  # of each kept key in ``names``
     names: dict[str, int]  # distinct key -> code
 
+    #: Name -> its first value in each record, for the names of :data:`FIRST_OF` (null where absent).
+    firsts: dict[str, pa.Array] = field(default_factory=dict)
     #: Columns already taken by :meth:`get` (the decoder asks for some names twice).
     taken: dict[str, pa.Array] = field(default_factory=dict, repr=False, compare=False)
+
+    def first(self, name: str) -> pa.Array:
+        """The first value of ``name`` in each record (:meth:`get` gives the last, as the broker keeps)."""
+        return self.firsts.get(name, pa.nulls(self.n, pa.string()))
 
     def get(self, name: str) -> pa.Array:
         """The value of property ``name`` for every record (null where absent)."""
@@ -77,6 +87,8 @@ def parse(texts: pa.Array) -> Properties:
     (['2', None, None], [None, 't', None], [2])
     >>> [m.as_py() for m in p.maps()[1]]
     [[('b', 'x'), ('a', '2')], [], []]
+    >>> parse(pa.array(["UNIQ_KEY\x01own\x02UNIQ_KEY\x01batch\x02", "x\x011"])).first("UNIQ_KEY").to_pylist()
+    ['own', None]
     """
     n = len(texts)
     pieces = pc.split_pattern(pc.fill_null(texts, ""), PROPERTY_SEPARATOR)
@@ -101,9 +113,21 @@ def parse(texts: pa.Array) -> Properties:
     # A duplicate name keeps the last value: drop every earlier (record, name) occurrence.
     encoded = keys.dictionary_encode()
     codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    names = {k: i for i, k in enumerate(encoded.dictionary.to_pylist())}
+    firsts = {name: _first_values(n, rows, values, keep & (codes == names[name])) for name in FIRST_OF if name in names}
     pair = rows * (len(encoded.dictionary) + 1) + codes
     earlier_dup = np.zeros(len(rows), np.bool_)
     earlier_dup[keep] = pd.Series(pair[keep]).duplicated(keep="last").to_numpy()
     keep &= ~earlier_dup
-    names = {k: i for i, k in enumerate(encoded.dictionary.to_pylist())}
-    return Properties(n, rows[keep], keys.filter(keep), values.filter(keep), bad_rows, codes[keep], names)
+    return Properties(n, rows[keep], keys.filter(keep), values.filter(keep), bad_rows, codes[keep], names, firsts)
+
+
+def _first_values(n: int, rows: np.ndarray, values: pa.Array, entries: np.ndarray) -> pa.Array:
+    """Per record, the value of the first of ``entries`` in it (rows are non-decreasing)."""
+    at = np.flatnonzero(entries)
+    first = at[np.r_[True, rows[at][1:] != rows[at][:-1]]] if len(at) else at
+    idx = np.zeros(n, np.int64)
+    idx[rows[first]] = first
+    missing = np.ones(n, np.bool_)
+    missing[rows[first]] = False
+    return values.take(pa.array(idx, mask=missing))

@@ -59,15 +59,19 @@ class _Gen:
             if m.inner is not None:
                 pos = w.body_position
                 for k, inner in enumerate(m.inner):
+                    own = inner.properties.get("UNIQ_KEY")
                     self.truth.messages.append(Expected(
                         m.topic, m.queue_id, w.segment, pos, w.queue_offset + k, w.message_id, inner.body,
-                        None, inner.properties.get("TAGS"), 5, unique_id=inner.properties.get("UNIQ_KEY")))
+                        None, inner.properties.get("TAGS"), 5, unique_id=own, producer_unique_id=own))
                     pos += 22 + len(inner.body) + len(L.properties_to_string(inner.properties).encode())
             else:
+                own = m.properties.get("UNIQ_KEY")
+                # A batch member's record ends with the batch's properties: its UNIQ_KEY is the last.
+                last = (m.batch_properties or {}).get("UNIQ_KEY", own)
                 self.truth.messages.append(Expected(
                     m.topic, m.queue_id, w.segment, w.position, w.queue_offset, w.message_id,
                     m.body if m.compression is None else w.body, m.properties.get("TRACE_CONTEXT"),
-                    m.properties.get("TAGS"), 5, unique_id=m.properties.get("UNIQ_KEY")))
+                    m.properties.get("TAGS"), 5, unique_id=last, producer_unique_id=own))
         return w
 
     def bad(self, data: bytes, reason: str) -> Written:
@@ -160,6 +164,7 @@ def generate(store: str, messages: int = 10_000, *, seed: int = 7, file_size: in
         _message(g, i, BASE_MS + i * 7)
         if bad_inputs and i == messages // 2:
             _bad_inputs(g)
+    _batch_send(g, BASE_MS + messages * 7)
     g.w.write_consume_queues()
     consumed = {(t, GROUP): {q: g.w.queue_offsets.get((t, q), 0) // 2 for q in range(n)} for t, n in TOPICS}
     consumed[(f"%RETRY%{GROUP}", GROUP)] = {0: g.w.queue_offsets.get((f"%RETRY%{GROUP}", 0), 0)}
@@ -169,6 +174,18 @@ def generate(store: str, messages: int = 10_000, *, seed: int = 7, file_size: in
     if bad_inputs:
         _odd_files(store, g, truth)
     return truth
+
+
+def _batch_send(g: _Gen, born: int, size: int = 4) -> None:
+    """One ``producer.send(List<Message>)``: the broker stores each message as its own record and
+    appends the batch's properties (its own UNIQ_KEY among them) after the message's, as a real
+    5.3.3 broker does (tests/data/rocketmq-batch). Distinct messages, none a retry of another."""
+    producer = PRODUCERS[0]
+    batch = {"UNIQ_KEY": g.uniq(born, producer), "WAIT": "true"}
+    for k in range(size):
+        props = {"KEYS": f"batch-{k}", "UNIQ_KEY": g.uniq(born, producer), "seq": str(k)}
+        g.put(Message("orders", b"batch member %d" % k, props, queue_id=0, born_timestamp=born,
+                      store_timestamp=born + 3, born_host=producer[0], store_host=STORE_HOST, batch_properties=batch))
 
 
 def _bad_inputs(g: _Gen) -> None:

@@ -61,6 +61,10 @@ class Message:
     inner: list[Inner] | None = None
     #: Append the 5.2+ ``__CRC32#`` property trailer.
     crc32_trailer: bool = False
+    #: A member of a batch send (``producer.send(List<Message>)``): the batch's own properties,
+    #: which the broker appends after the message's, its UNIQ_KEY among them (the second
+    #: UNIQ_KEY of the record: RocketMQ's decoder reports this last one).
+    batch_properties: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,8 @@ def encode_record(m: Message, physical_offset: int, queue_offset: int) -> tuple[
     version = m.version if m.version is not None else (2 if len(topic) > 127 else 1)
     topic_len = struct.pack(">h", len(topic)) if version == 2 else struct.pack(">b", len(topic))
     prop_text = L.properties_to_string(props)
+    if m.batch_properties:
+        prop_text += L.properties_to_string(m.batch_properties)
     if m.crc32_trailer:
         prop_text += L.crc32_trailer(0)  # digits of a CRC we do not check; the key is what readers meet
     prop_bytes = prop_text.encode()

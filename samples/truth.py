@@ -21,6 +21,8 @@ class Expected:
     #: (partition, segment, position) of the first copy, for a producer retry.
     retry_of: tuple | None = None
     unique_id: str | None = None
+    #: The message's own UNIQ_KEY (RocketMQ; differs from ``unique_id`` for a batch send's members).
+    producer_unique_id: str | None = None
 
 
 @dataclass

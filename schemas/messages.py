@@ -58,6 +58,11 @@ ROCKETMQ_STYLE = [
     pa.field("transactionState", pa.string()),
     #: RocketMQ PREPAREDTRANSACTIONOFFSET: for a COMMIT record, the half message's physical offset.
     pa.field("preparedTransactionOffset", pa.int64()),
+    #: RocketMQ: the UNIQ_KEY the producer gave this message, the first in its properties. For a
+    #: batch send the broker appends the batch's own properties (its UNIQ_KEY among them) after
+    #: each message's, so ``uniqueId`` (the last, as RocketMQ's MessageDecoder reports) is the
+    #: batch's for every member; this column tells them apart. Null for NSQ.
+    pa.field("producerUniqueId", pa.string()),
 ]
 
 PAYLOAD = [

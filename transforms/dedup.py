@@ -3,9 +3,11 @@
 A producer that times out waiting for the broker's answer publishes again; the broker then
 stores two copies. Two rows are copies when they share a key:
 
-- ``uniqueId`` (RocketMQ UNIQ_KEY) with ``deliveryCount``, when the source has one (a
-  consumer retry carries the same UNIQ_KEY with RECONSUMETIMES + 1: a new delivery, not a
-  copy; semantics.md §6);
+- the message's own RocketMQ UNIQ_KEY (``producerUniqueId``, else ``uniqueId``) with
+  ``deliveryCount``, when the source has one (a consumer retry carries the same UNIQ_KEY with
+  RECONSUMETIMES + 1: a new delivery, not a copy; semantics.md §6). Not ``uniqueId`` alone:
+  the members of a batch send all carry the batch's UNIQ_KEY last, which is what ``uniqueId``
+  reports, and they are distinct messages, never each other's retries;
 - else, for a message with a ``traceId``: topic + trace id + producer (``bornHost``) + body;
 - none for a broker-internal copy (``systemCopy``).
 
@@ -22,8 +24,9 @@ RETRY_LOCATION = ("partition", "segment", "segmentPosition")
 
 def dedup_key() -> Column:
     """The copy-identity of a message row (a SHA-256 hex string), or null when it has none."""
+    own_unique_id = F.coalesce(F.col("producerUniqueId"), F.col("uniqueId"))
     by_unique = F.sha2(
-        F.concat_ws("|", F.lit("u"), F.col("topic"), F.col("uniqueId"), F.col("deliveryCount").cast("string")), 256
+        F.concat_ws("|", F.lit("u"), F.col("topic"), own_unique_id, F.col("deliveryCount").cast("string")), 256
     )
     by_trace = F.sha2(
         F.concat_ws("|", F.lit("t"), F.col("topic"), F.col("traceId"), F.coalesce(F.col("bornHost"), F.lit("")),
@@ -34,7 +37,7 @@ def dedup_key() -> Column:
     # by design: they are marked systemCopy, not producer retries.
     return (
         F.when(F.coalesce(F.col("systemCopy"), F.lit(False)), F.lit(None).cast("string"))
-        .when(F.col("uniqueId").isNotNull(), by_unique)
+        .when(own_unique_id.isNotNull(), by_unique)
         .when(F.col("traceId").isNotNull(), by_trace)
         .otherwise(F.lit(None).cast("string"))
     )

@@ -80,6 +80,37 @@ def test_our_encoder_writes_the_broker_bytes_exactly(real_store):
     assert struct.unpack_from(">ii", data, 8084) == (108, L.MAGIC_BLANK)
 
 
+BATCH_FILE = os.path.join(os.path.dirname(__file__), "..", "data", "rocketmq-batch", "00000000000004670700")
+BATCH_UNIQ_KEY = "FD0000000000000000000000000000023A2430946E0979CA00870B68"  # what RocketMQ's decoder reports
+
+
+def test_real_batch_send_members_keep_their_own_unique_ids(tmp_path):
+    shutil.copy(BATCH_FILE, tmp_path)
+    out = rows(decode(tmp_path))
+    assert [(r["physicalOffset"], r["partition"], r["queueOffset"], r["uniqueId"], r["keys"], dict(r["headers"])["seq"])
+            for r in out] == [(4670700, 1, 0, BATCH_UNIQ_KEY, ["bk-0-0", "bk2-0"], "0"),
+                              (4671072, 1, 1, BATCH_UNIQ_KEY, ["bk-0-1", "bk2-1"], "1")]
+    assert [r["producerUniqueId"] for r in out] == ["FD0000000000000000000000000000023A2430946E0979CA00870B04",
+                                                    "FD0000000000000000000000000000023A2430946E0979CA00870B05"]
+    # Our encoder writes the broker's bytes: each message's properties, then the batch's appended.
+    data = open(BATCH_FILE, "rb").read()
+    batch = {"MSG_REGION": "DefaultRegion", "UNIQ_KEY": BATCH_UNIQ_KEY, "CLUSTER": "DefaultCluster", "WAIT": "true",
+             "TRACE_ON": "true"}
+    written = 0
+    for k, r in enumerate(out):
+        own = {"KEYS": f"bk-0-{k} bk2-{k}", "batch": "0", "UNIQ_KEY": r["producerUniqueId"], "WAIT": "true",
+               "TAGS": "TagBatch", "seq": str(k)}
+        m = Message(r["topic"], r["body"], own, queue_id=r["partition"], flag=r["flag"],
+                    born_timestamp=int(r["bornTimestamp"].timestamp() * 1000),
+                    store_timestamp=int(r["storeTimestamp"].timestamp() * 1000),
+                    born_host=r["bornHost"], store_host=r["storeHost"], batch_properties=batch)
+        record, _ = encode_record(m, r["physicalOffset"], r["queueOffset"])
+        start = r["segmentPosition"]  # in the file (named after the first record's physical offset)
+        assert record == data[start : start + len(record)]
+        written += len(record)
+    assert written == len(data)  # the two records are the whole file
+
+
 # --------------------------------------------------------------------------- the spec's vectors
 
 
@@ -316,8 +347,13 @@ def test_sample_store_decodes_to_its_ground_truth(sample):
     assert set(got) == set(want)
     for key, m in want.items():
         r = got[key]
-        assert (r["body"], r["queueOffset"], r["messageId"], r["uniqueId"], r["tags"], r["traceId"]) == (
-            m.body, m.virtual_offset, m.message_id, m.unique_id, m.tags, m.trace_id), key
+        assert (r["body"], r["queueOffset"], r["messageId"], r["uniqueId"], r["producerUniqueId"], r["tags"],
+                r["traceId"]) == (m.body, m.virtual_offset, m.message_id, m.unique_id, m.producer_unique_id, m.tags,
+                                  m.trace_id), key
+    # The batch send: every member reports the batch's UNIQ_KEY (as RocketMQ's decoder does), each its own too.
+    members = [m for m in want.values() if m.unique_id != m.producer_unique_id]
+    assert len(members) == 4 and len({m.unique_id for m in members}) == 1
+    assert len({m.producer_unique_id for m in members}) == 4
     kinds = {r["messageType"] for r in got.values()}
     assert kinds == {"NORMAL", "DELAY", "TRANSACTION", "FIFO"}
     assert {r["compression"] for r in got.values()} >= {None, "zlib", "lz4", "zstd"}

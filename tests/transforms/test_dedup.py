@@ -1,7 +1,7 @@
 import datetime as dt
 
 from chispa import assert_df_equality
-from pyspark.sql import functions as F
+from pyspark.sql import Window, functions as F
 
 from msglake.transforms.dedup import dedup_key, mark_producer_retries
 
@@ -10,8 +10,14 @@ COLS = "topic string, partition int, segment string, segmentPosition bigint, sto
        "uniqueId string, traceId string, bornHost string, body binary, deliveryCount int, systemCopy boolean"
 
 
-def rows(spark, data):
-    return spark.createDataFrame(data, COLS)
+def rows(spark, data, producer_unique_ids=None):
+    """Message rows; ``producerUniqueId`` (the record's first UNIQ_KEY) null unless given, row by row."""
+    df = spark.createDataFrame(data, COLS)
+    if producer_unique_ids is None:
+        return df.withColumn("producerUniqueId", F.lit(None).cast("string"))
+    ids = spark.createDataFrame(list(enumerate(producer_unique_ids)), "i int, producerUniqueId string")
+    return (df.withColumn("i", F.row_number().over(Window.orderBy("segmentPosition")) - 1)
+            .join(ids, "i").drop("i"))
 
 
 def at(seconds):
@@ -51,3 +57,21 @@ def test_a_first_copy_already_in_the_table_wins(spark):
     out = mark_producer_retries(batch, earlier, 600).orderBy("segmentPosition").collect()
     assert [(r.retryOf.segment, r.retryOf.segmentPosition) for r in out] == [("old", 4), ("old", 4)]
     assert out[0].dedupKey == out[1].dedupKey and len(out[0].dedupKey) == 64
+
+
+def test_members_of_a_batch_send_are_not_each_others_retries(spark):
+    # The broker appends the batch's UNIQ_KEY after each member's own: uniqueId (the last) is the
+    # same for all; producerUniqueId (the first) tells them apart. A real retry repeats both.
+    batch = rows(spark, [
+        ("t", 0, "s0", 0, at(0), "BATCH", None, None, b"m0", 0, False),
+        ("t", 0, "s0", 10, at(0), "BATCH", None, None, b"m1", 0, False),
+        ("t", 0, "s0", 20, at(0), "BATCH", None, None, b"m2", 0, False),
+        ("t", 0, "s0", 30, at(2), "BATCH", None, None, b"m1", 0, False),   # the producer sent m1 again
+    ], producer_unique_ids=["OWN-0", "OWN-1", "OWN-2", "OWN-1"])
+    earlier = spark.createDataFrame([], "dedupKey string, storeTimestamp timestamp, partition int, segment string, "
+                                        "segmentPosition bigint")
+    out = mark_producer_retries(batch, earlier, 600).select(
+        "segmentPosition", F.col("retryOf.segmentPosition").alias("retryOf"))
+    expected = spark.createDataFrame([(0, None), (10, None), (20, None), (30, 10)],
+                                     "segmentPosition bigint, retryOf bigint")
+    assert_df_equality(out, expected, ignore_row_order=True, ignore_nullable=True)
