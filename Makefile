@@ -49,6 +49,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_replay.py
 	$(BIN)/python benchmarks/bench_trace.py
 	$(BIN)/python benchmarks/bench_sql.py
+	$(BIN)/python benchmarks/bench_small_segments.py
 
 clean-demo:
 	rm -rf lake demo-data

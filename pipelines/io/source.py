@@ -124,13 +124,14 @@ class _Planner:
         self.ignored, self.notes = result.ignored, result.notes
         return self.segments
 
-    def lost(self, path: str, a: int, b: int | None) -> InputPartition:
-        """A partition that reports committed bytes of a deleted segment as lost."""
+    def lost(self, path: str, a: int, b: int | None) -> tuple:
+        """A range that reports committed bytes of a deleted segment as lost."""
         seg = self.seen.get(path)
-        return InputPartition((seg.to_dict() if seg else None, path, a, b, True))
+        return (seg.to_dict() if seg else None, path, a, b, True)
 
     def plan(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-        parts: list[InputPartition] = []
+        """The tasks of one batch: each a list of (segment, path, from, to, deleted) byte ranges."""
+        ranges: list[tuple] = []
         for path in sorted(end):
             a, b = start.get(path, 0), end[path]
             if b <= a:
@@ -140,17 +141,56 @@ class _Planner:
                 self.scan()
                 seg = self.segments.get(path)
             if seg is None or not os.path.exists(os.path.join(self.opts.path, path)):
-                parts.append(self.lost(path, a, b))
+                ranges.append(self.lost(path, a, b))
                 continue
             cuts = self.codec.split_points(self.opts.path, seg, a, b, self.opts.read.splitBytes)
             bounds = [a, *cuts, b]
-            parts.extend(InputPartition((seg.to_dict(), path, x, y, False)) for x, y in zip(bounds, bounds[1:]))
-        return parts
+            ranges.extend((seg.to_dict(), path, x, y, False) for x, y in zip(bounds, bounds[1:]))
+        return [InputPartition(task) for task in pack(ranges, self.opts.read.splitBytes)]
 
 
-def read_range(opts: SourceOptions, partition: InputPartition) -> Iterator:
-    """Decode one planned range into Arrow batches (runs in a Spark task)."""
-    seg_dict, path, a, b, deleted = partition.value
+#: What one more byte range costs a task, counted in bytes as Spark's
+#: ``spark.sql.files.openCostInBytes`` counts opening a file: packing by bytes alone would put
+#: thousands of tiny tails in one task.
+OPEN_COST_BYTES = 1 << 20
+
+
+def pack(ranges: list[tuple], split_bytes: int) -> list[list[tuple]]:
+    """Byte ranges into tasks of at most ``split_bytes`` (each range counted with
+    :data:`OPEN_COST_BYTES`), largest first, as Spark packs small files: a backlog of many small
+    segments runs as a few tasks, not one task per file (each task costs tens of milliseconds).
+
+    >>> sizes = [pack([(None, "p", 0, n, False) for n in ns], 8 << 20) for ns in ([100] * 20, [6 << 20, 5 << 20])]
+    >>> [[len(task) for task in tasks] for tasks in sizes]
+    [[7, 7, 6], [1, 1]]
+    """
+    def size(r: tuple) -> int:
+        return r[3] - r[2] if r[3] is not None else 0
+
+    tasks: list[list[tuple]] = []
+    current: list[tuple] = []
+    used = 0
+    for r in sorted(ranges, key=size, reverse=True):
+        cost = size(r) + OPEN_COST_BYTES
+        if current and used + cost > split_bytes:
+            tasks.append(current)
+            current, used = [], 0
+        current.append(r)
+        used += cost
+    if current:
+        tasks.append(current)
+    return tasks
+
+
+def read_task(opts: SourceOptions, partition: InputPartition) -> Iterator:
+    """Decode the byte ranges of one planned task into Arrow batches (runs in a Spark task)."""
+    for r in partition.value:
+        yield from read_range(opts, r)
+
+
+def read_range(opts: SourceOptions, r: tuple) -> Iterator:
+    """Decode one byte range (segment, path, from, to, deleted) into Arrow batches."""
+    seg_dict, path, a, b, deleted = r
     seg = SegmentInfo.from_dict(seg_dict) if seg_dict else SegmentInfo(path, os.path.basename(path), None, None, 0, True, None, 0)
     if not deleted:
         try:
@@ -219,7 +259,7 @@ class SegmentBatchReader(DataSourceReader):
         return planner.plan({}, {p: s.committed_end for p, s in segments.items()})
 
     def read(self, partition):
-        return read_range(self.opts, partition)
+        return read_task(self.opts, partition)
 
 
 def _positions(offset: dict) -> dict[str, int]:
@@ -332,12 +372,11 @@ class SegmentStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict):
         parts = self.planner.plan(_positions(start), _positions(end))
-        for path, (a, b) in sorted(end.get("deleted", {}).items()):
-            parts.append(self.planner.lost(path, a, b))
-        return parts
+        lost = [self.planner.lost(path, a, b) for path, (a, b) in sorted(end.get("deleted", {}).items())]
+        return parts + ([InputPartition(lost)] if lost else [])
 
     def read(self, partition):
-        return read_range(self.opts, partition)
+        return read_task(self.opts, partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: positions live in the checkpoint, segments belong to the broker."""
