@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-
 from dataclasses import asdict, dataclass, field
 from typing import Iterator, Protocol
 

@@ -1,7 +1,6 @@
 """``msglake quality``: validate lake tables and write data-quality reports."""
 from __future__ import annotations
 
-import os
 import time
 
 from msglake.pipelines.cli.common import emit, load_settings, parse_time
@@ -32,9 +31,10 @@ def quality(args) -> int:
 
     settings = load_settings(args)
     since = parse_time(args.since, "--since") if args.since else None
-    if not os.path.isfile(settings.lake.root):  # (a file as the root: check_lake_root says so)
-        for table in args.table or ["messages"]:
-            check_table(settings, table)  # before Spark starts, and before anything is written
+    # Before Spark starts and before anything is written (the writable check makes the root).
+    check_lake_root(settings.lake.root, write=False)
+    for table in args.table or ["messages"]:
+        check_table(settings, table)
     check_lake_root(settings.lake.root, write=True)  # quality_results is a table of the lake
     spark = build_session(settings)
     worst = 0

@@ -75,25 +75,11 @@ def pack(type_url: str, value: bytes) -> bytes:
 def unpack(data: bytes) -> tuple[str, bytes]:
     """(type URL, value) of an ``Any``.
 
-    >>> unpack(pack(STATEMENT_QUERY, statement_query("SELECT 1")))[0].rsplit(".", 1)[-1]
+    >>> unpack(pack(STATEMENT_QUERY, _field(1, b"SELECT 1")))[0].rsplit(".", 1)[-1]
     'CommandStatementQuery'
     """
     f = fields(data)
     return f.get(1, b"").decode(), f.get(2, b"")
-
-
-def statement_query(sql: str) -> bytes:
-    """A ``CommandStatementQuery`` (field 1: the query text)."""
-    return _field(1, sql.encode())
-
-
-def query_text(value: bytes) -> str:
-    """The query text of a ``CommandStatementQuery``.
-
-    >>> query_text(statement_query("SELECT 'ü'"))
-    "SELECT 'ü'"
-    """
-    return fields(value).get(1, b"").decode()
 
 
 def ticket(handle: bytes) -> bytes:
@@ -101,15 +87,12 @@ def ticket(handle: bytes) -> bytes:
     return pack(TICKET_STATEMENT_QUERY, _field(1, handle))
 
 
-def ticket_handle(data: bytes) -> bytes:
-    type_url, value = unpack(data)
-    if type_url != TICKET_STATEMENT_QUERY:
-        raise ValueError(f"not a statement ticket: {type_url or 'empty'}")
-    return fields(value).get(1, b"")
-
-
 def first_field(data: bytes, type_url: str) -> bytes:
-    """Field 1 of an ``Any`` of ``type_url`` (the query text or the handle of every message used here)."""
+    """Field 1 of an ``Any`` of ``type_url``: the query text or the handle, in every message used here.
+
+    >>> first_field(pack(STATEMENT_QUERY, _field(1, "SELECT 'ü'".encode())), STATEMENT_QUERY).decode()
+    "SELECT 'ü'"
+    """
     got, value = unpack(data)
     if got != type_url:
         raise ValueError(f"expected {type_url.rsplit('.', 1)[-1]}, got {got or 'nothing'}")

@@ -184,24 +184,25 @@ def pack(ranges: list[tuple], split_bytes: int) -> list[list[tuple]]:
 
 def read_task(opts: SourceOptions, partition: InputPartition) -> Iterator:
     """Decode the byte ranges of one planned task into Arrow batches (runs in a Spark task)."""
+    codec = opts.codec()  # once per task: a packed task holds many ranges
     for r in partition.value:
-        yield from read_range(opts, r)
+        yield from read_range(opts, codec, r)
 
 
-def read_range(opts: SourceOptions, r: tuple) -> Iterator:
+def read_range(opts: SourceOptions, codec, r: tuple) -> Iterator:
     """Decode one byte range (segment, path, from, to, deleted) into Arrow batches."""
     seg_dict, path, a, b, deleted = r
     seg = SegmentInfo.from_dict(seg_dict) if seg_dict else SegmentInfo(path, os.path.basename(path), None, None, 0, True, None, 0)
     if not deleted:
         try:
-            for res in opts.codec().decode(opts.path, seg, a, b):
+            for res in codec.decode(opts.path, seg, a, b):
                 yield res.batch
             return
         except FileNotFoundError:
             pass
     # The file went away (retention) before these committed bytes were read: say so in the
     # quarantine table rather than skip them silently.
-    qb = QuarantineBuilder(opts.codec().source_format, seg)
+    qb = QuarantineBuilder(codec.source_format, seg)
     if b is None:
         qb.add_loss(a, 0, f"segment deleted before it was read: bytes from {a} on are lost (size unknown)")
     else:

@@ -163,7 +163,7 @@ class _Check:
         elif name == "CallMethodViaReflection":
             self.refuse("a reflective Java call (reflect, java_method, try_reflect)")
         elif self._user_defined.isInstance(expr):
-            self.refuse(f"user-defined function {expr.prettyName() if hasattr(expr, 'prettyName') else name}")
+            self.refuse(f"user-defined function {expr.prettyName()}")
         if self._plan_expression.isInstance(expr):
             plans(expr.plan())
         for child in _seq(expr.children()):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pyarrow.flight as flight
 
-from msglake.errors import MsglakeError
+from msglake.errors import MsglakeError, spark_message
 from msglake.pipelines.io import flightsql
 from msglake.pipelines.settings import Settings
 
@@ -47,7 +47,7 @@ class QueryServer(flight.FlightServerBase):
         super().__init__(f"grpc://127.0.0.1:{port}")
         self.spark = spark
         self.settings = settings
-        self._pending: dict[bytes, object] = {}  # statement handle -> DataFrame, until DoGet
+        self._pending: dict[bytes, tuple] = {}  # statement handle -> (DataFrame, Arrow schema), until DoGet
         self._prepared: dict[bytes, str] = {}  # prepared statement handle -> its (checked) SQL
         self._lock = threading.Lock()
         self._tables: set[str] = set()
@@ -56,13 +56,13 @@ class QueryServer(flight.FlightServerBase):
         self.statements = 0
 
     # -- what every request does --------------------------------------------------------------
-    def _fresh(self) -> None:
-        """Register tables that appeared under the lake since the last request (an ingest or a
-        replay may have made them); a folder check, cheap enough for every request."""
+    def _session(self):
+        """The read-only session queries run in, made again when a table appeared under the lake
+        since the last request (an ingest or a replay may have made it): a folder check, cheap
+        enough for every request."""
         from msglake.pipelines.io.catalog import register_tables
-        from msglake.schemas import TABLE_NAMES
-
         from msglake.pipelines.jobs.readonly import read_only_session
+        from msglake.schemas import TABLE_NAMES
 
         have = {t for t in TABLE_NAMES if Path(self.settings.lake.table_path(t), "_delta_log").is_dir()}
         with self._lock:
@@ -76,24 +76,22 @@ class QueryServer(flight.FlightServerBase):
         from msglake.pipelines.jobs.sql import run_sql
 
         self.statements += 1
-        return run_sql(self.spark, sql, read_only=self._fresh())
+        return run_sql(self.spark, sql, read_only=self._session())
 
     @staticmethod
     def _error(e: Exception) -> flight.FlightError:
         if isinstance(e, MsglakeError):
             return flight.FlightServerError(str(e))
-        from msglake.errors import spark_message
-
         return flight.FlightServerError(f"query failed: {spark_message(e)}")
 
     # -- Flight SQL ----------------------------------------------------------------------------
     def get_flight_info(self, context, descriptor):
-        type_url, value = flightsql.unpack(descriptor.command or b"")
+        type_url, _ = flightsql.unpack(descriptor.command or b"")
         if type_url == flightsql.STATEMENT_QUERY:
-            sql = flightsql.query_text(value)
+            sql = flightsql.first_field(descriptor.command, type_url).decode()
         elif type_url == flightsql.PREPARED_STATEMENT_QUERY:
             with self._lock:
-                sql = self._prepared.get(flightsql.fields(value).get(1, b""))
+                sql = self._prepared.get(flightsql.first_field(descriptor.command, type_url))
             if sql is None:
                 raise flight.FlightServerError("unknown prepared statement (closed, or made by another server)")
         else:
@@ -103,7 +101,7 @@ class QueryServer(flight.FlightServerBase):
         df, schema = self._checked(sql)
         handle = uuid.uuid4().bytes
         with self._lock:
-            self._pending[handle] = df
+            self._pending[handle] = (df, schema)
         endpoint = flight.FlightEndpoint(flightsql.ticket(handle), [])
         return flight.FlightInfo(schema, descriptor, [endpoint], -1, -1)
 
@@ -120,20 +118,18 @@ class QueryServer(flight.FlightServerBase):
 
     def do_get(self, context, ticket):
         try:
-            handle = flightsql.ticket_handle(ticket.ticket)
+            handle = flightsql.first_field(ticket.ticket, flightsql.TICKET_STATEMENT_QUERY)
         except ValueError as e:
             raise flight.FlightServerError(str(e)) from None
         with self._lock:
-            df = self._pending.pop(handle, None)
-        if df is None:
+            pending = self._pending.pop(handle, None)
+        if pending is None:
             raise flight.FlightServerError("unknown or already used ticket: ask GetFlightInfo again")
-        from pyspark.sql.pandas.types import to_arrow_schema
-
+        df, schema = pending
         try:
             table = df.toArrow()
         except Exception as e:
             raise self._error(e) from None
-        schema = to_arrow_schema(df.schema, timezone="UTC")
         if table.schema != schema:  # the schema GetFlightInfo announced is the one the stream carries
             table = table.cast(schema)
         return flight.RecordBatchStream(table)
@@ -165,7 +161,6 @@ class QueryServer(flight.FlightServerBase):
 
     def _render(self, request: dict) -> dict:
         """``msglake sql``'s request: the rendered result, or the error as the command prints it."""
-        from msglake.errors import spark_message
         from msglake.pipelines.jobs.sql import render
 
         try:
@@ -180,7 +175,7 @@ class QueryServer(flight.FlightServerBase):
 def serve(spark, settings: Settings, port: int = 0, ready=None) -> None:
     """Serve until SIGINT/SIGTERM (or ``shutdown()``); ``ready(server)`` is called once it listens."""
     server = QueryServer(spark, settings, port)
-    server._fresh()
+    server._session()
     record = endpoint_file(settings)
     record.parent.mkdir(parents=True, exist_ok=True)
     tmp = record.with_suffix(".tmp")
