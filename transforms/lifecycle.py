@@ -20,6 +20,11 @@ Everything is Spark built-ins except the overflow of topics with ``maxLength`` o
 ``maxLengthBytes``: a bounded queue is a sequential process (who is dropped depends on who
 was dropped before), simulated per topic partition over Arrow arrays (:func:`overflow_deaths`).
 
+This module is the rule set alone, pure functions of DataFrames: the rounds (evaluate,
+derive the copies, evaluate again until nothing changes) are run by
+``msglake.pipelines.jobs.evaluate`` for ``msglake replay`` and, over the copies still pending,
+for each micro-batch of ``msglake semantics``.
+
 Simplifications, documented in the README: a copy enters its topic's backlog when stored
 (also while scheduled); a dead-lettered copy goes to partition 0 of the target topic
 (RocketMQ's DLQ has one queue; an AMQP queue has none); RocketMQ records of one message are
@@ -28,11 +33,8 @@ linked in store-time order whatever the consumer group; per-message expiry at th
 """
 from __future__ import annotations
 
-import hashlib
 import heapq
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -68,20 +70,6 @@ ROW = (
 )
 
 
-@dataclass
-class Evaluation:
-    """What :func:`evaluate` found, as lazy DataFrames over one cached result."""
-
-    as_of: object
-    #: Every copy with its state at ``as_of`` (``message_states``).
-    states: DataFrame
-    #: The copies with hop >= 1 (``dead_letters``).
-    dead_letters: DataFrame
-    #: State changes up to ``as_of`` (``message_events``).
-    events: DataFrame
-    #: Rounds run, and whether the set of copies stopped changing within them.
-    rounds: int
-    converged: bool
 
 
 def _t(as_of) -> Column:
@@ -116,13 +104,6 @@ def record_death(history: Column, entry: Column) -> Column:
     return F.when(F.size(earlier) > 0, F.concat(bumped, others)).otherwise(F.concat(F.array(entry), history))
 
 
-def record_death_entry(history: list[dict], entry: dict) -> list[dict]:
-    """:func:`record_death` for one copy held in Python (the streaming job's state)."""
-    same = [e for e in history if e["queue"] == entry["queue"] and e["reason"] == entry["reason"]]
-    if same:
-        return [{**same[0], "count": same[0]["count"] + 1}] + [e for e in history if e is not same[0]]
-    return [entry] + history
-
 
 def conform(messages: DataFrame) -> DataFrame:
     """Messages with the optional columns the engine reads (absent in hand-written JSON input)."""
@@ -151,19 +132,20 @@ def is_lineage_topic(topic: Column) -> Column:
     return topic.startswith(RETRY_PREFIX) | topic.startswith(DLQ_PREFIX)
 
 
-def base_rows(messages: DataFrame, policies: Policies, as_of) -> DataFrame:
-    """Hop-0 copies: the stored messages by ``as_of``, less broker-internal copies and producer retries.
+def stored_copies(messages: DataFrame, policies: Policies) -> DataFrame:
+    """Hop-0 copies of stored messages (any store time), less broker-internal copies and producer retries."""
+    m = conform(messages).where(~F.coalesce(F.col("systemCopy"), F.lit(False)) & F.col("retryOf").isNull())
+    return m.select(*copy_columns(policies))
+
+
+def link(rows: DataFrame) -> DataFrame:
+    """Copies with ``nextRowId``/``nextTopic``/``nextStore``: the record of the same message that followed.
 
     RocketMQ records of one message (same uniqueId, one of them in a ``%RETRY%``/``%DLQ%``
-    topic) are chained in store-time order: each one's ``next*`` columns name the record
-    that followed it.
+    topic) are chained in store-time order. Only messages with such a record have a chain:
+    the window covers those alone.
     """
-    m = conform(messages).where(
-        ~F.coalesce(F.col("systemCopy"), F.lit(False)) & F.col("retryOf").isNull()
-        & (F.col("storeTimestamp") <= _t(as_of))
-    )
-    rows = m.select(*copy_columns(policies))
-    # Only messages with a record in a %RETRY%/%DLQ% topic have a chain: window those alone.
+    rows = rows.drop("nextRowId", "nextTopic", "nextStore")
     chain_ids = rows.where(is_lineage_topic(F.col("topic"))).select("uniqueId").distinct()
     order = Window.partitionBy("uniqueId").orderBy("storeTimestamp", "rowId")
     linked = (
@@ -177,15 +159,21 @@ def base_rows(messages: DataFrame, policies: Policies, as_of) -> DataFrame:
     return alone.unionByName(linked)
 
 
+def base_rows(messages: DataFrame, policies: Policies, as_of) -> DataFrame:
+    """Hop-0 copies of the messages stored by ``as_of``, linked (:func:`link`)."""
+    return link(stored_copies(messages, policies).where(F.col("storeTimestamp") <= _t(as_of)))
+
+
+def topic_arrivals(messages: DataFrame) -> DataFrame:
+    """``topic, since``: when each topic got its first stored message (a dead-letter target exists from then)."""
+    return messages.groupBy("topic").agg(F.min("storeTimestamp").alias("since"))
+
+
 def row_id() -> Column:
     """A stored record's copy id: a hash of its location (the identity of semantics.md §6) and id."""
     return F.sha2(F.concat_ws("|", "sourceFormat", "topic", F.col("partition").cast("string"), "segment",
                               F.col("segmentPosition").cast("string"), F.col("messageId")), 256)
 
-
-def copy_row_id(parent: str, target: str) -> str:
-    """The id of the copy a death of ``parent`` makes in ``target`` (as :func:`_copies` computes it)."""
-    return hashlib.sha256(f"{parent}>{target}".encode()).hexdigest()
 
 
 def copy_columns(policies: Policies) -> list[Column]:
@@ -362,9 +350,15 @@ def _fate(rank: str, time: Column, reason: str | Column) -> Column:
                                              reason.alias("reason")))
 
 
-def fates(rows: DataFrame, policies: Policies, as_of, events: DataFrame | None, topics: list[str],
+def fates(rows: DataFrame, policies: Policies, as_of, events: DataFrame | None, topics: DataFrame,
           max_hops: int) -> DataFrame:
-    """Each copy's fate, state at ``as_of`` and, for a death routed on, its copy's new history."""
+    """Each copy's fate, state at ``as_of`` and, for a death routed on, its copy's new history.
+
+    ``events``: :func:`events_by_message`. ``topics``: :func:`topic_arrivals`; a dead-letter
+    target exists from its first stored message on, or always when a policy names it exactly.
+    ``dueAt`` is when a copy still live at ``as_of`` next changes state as far as its inputs
+    tell (its release, or its fate): null when only new input (a consumer, an arrival) can.
+    """
     t = _t(as_of)
     rows = consumer_verdicts(rows, events)
     store = F.col("storeTimestamp")
@@ -405,7 +399,8 @@ def fates(rows: DataFrame, policies: Policies, as_of, events: DataFrame | None, 
         _fate("expired", F.col("expireAt"), "expired"),
         _fate("consumed", F.col("consumedAt"), "consumed"),
     )
-    rows = rows.withColumn("fate", F.when(fate["time"] <= t, fate))
+    rows = rows.withColumn("fate", F.when(fate["time"] <= t, fate)).withColumn(
+        "dueAt", F.least(F.when(F.col("deliverAt") > t, F.col("deliverAt")), fate["time"]))
 
     reason = F.col("fate")["reason"]
     lineage = F.col("fate")["rank"] == _RANK["lineage"]
@@ -426,12 +421,18 @@ def fates(rows: DataFrame, policies: Policies, as_of, events: DataFrame | None, 
         .when((reason == "maxlen") & (overflow_mode == "reject-publish"), F.lit("dropped"))
         .when(F.col("target").isNull() & (reason == "expired"), F.lit("expired"))
         .when(F.col("target").isNull(), F.lit("dropped"))
-        .when(~F.col("target").isin(topics), F.lit("dropped:missing_target"))
+        .when(~F.col("targetExists"), F.lit("dropped:missing_target"))
         .when(reason.isin("expired", "maxlen") & in_history & ~rejected_before, F.lit("dropped:cycle"))
         .when(F.col("hop") >= max_hops, F.lit("dropped:hop_limit"))
         .otherwise(F.lit("dead_lettered"))
     )
-    rows = rows.withColumn("target", target).withColumn("newHistory", history).withColumn("terminal", terminal)
+    declared = [p for p in policies if not any(c in p for c in "*?[")]
+    arrived = F.broadcast(topics.select(F.col("topic").alias("target"), F.col("since").alias("targetSince")))
+    rows = (rows.withColumn("target", target).join(arrived, "target", "left")
+            .withColumn("targetExists", F.col("target").isin(declared)
+                        | F.coalesce(F.col("targetSince") <= F.col("fate")["time"], F.lit(False)))
+            .drop("targetSince")
+            .withColumn("newHistory", history).withColumn("terminal", terminal))
     live_state = F.when(F.col("deliverAt") > t, F.lit("scheduled")).otherwise(F.lit("ready"))
     return (
         rows.withColumn("state", F.coalesce(F.get(F.split("terminal", ":"), 0), live_state))
@@ -444,7 +445,7 @@ def fates(rows: DataFrame, policies: Policies, as_of, events: DataFrame | None, 
     )
 
 
-def _copies(fated: DataFrame, base: DataFrame, policies: Policies) -> DataFrame:
+def dead_letter_copies(fated: DataFrame, base: DataFrame, policies: Policies) -> DataFrame:
     """The copies the deaths at this round make: new rows in the target topics, and the next
     RocketMQ record of a message with the history it inherits."""
     dead = fated.where(F.col("state") == "dead_lettered")
@@ -487,15 +488,10 @@ def _copies(fated: DataFrame, base: DataFrame, policies: Policies) -> DataFrame:
     return made.select(*ROW).unionByName(relinked.select(*ROW))
 
 
-def _version() -> Column:
+def version() -> Column:
     """What a copy's fate depends on besides its topic's other copies: changes make it a new version."""
     return F.xxhash64("rowId", "hop", "parentRowId", "storeTimestamp", F.to_json("deathHistory"), "firstDeathQueue",
                       "firstDeathReason", "firstDeathExchange")
-
-
-def _signature(copies: DataFrame) -> tuple:
-    row = copies.select(F.count(F.lit(1)).alias("n"), F.sum(F.col("v") % 1_000_000_007).alias("h")).first()
-    return row["n"], row["h"]
 
 
 def coupled(policies: Policies) -> Column:
@@ -505,92 +501,22 @@ def coupled(policies: Policies) -> Column:
             | policy_value(policies, "expiryAtHeadOnly", False))
 
 
-def evaluate(messages: DataFrame, policies: Mapping[str, Mapping], as_of, consumer_events: DataFrame | None = None,
-             consumer_offsets: DataFrame | None = None, max_hops: int = DEFAULT_MAX_HOPS,
-             persist=lambda df: df.localCheckpoint(eager=False)) -> Evaluation:
-    """States of every copy of ``messages`` at ``as_of`` (a ``datetime``), with dead letters and events.
-
-    ``policies``: topic pattern -> policy fields (``TopicPolicy.model_dump()``).
-    ``consumer_events``: ``consumer_events`` rows (topic, messageId, event, time).
-    ``consumer_offsets``: ``consumer_offsets`` rows (topic, queue, offset, snapshotTime).
-    ``persist`` cuts the lineage between rounds (a local checkpoint by default).
-
-    The first round evaluates every stored message; later rounds only the copies that are new
-    or changed, and the partitions of coupled topics (:func:`coupled`) they enter.
-    """
-    base = persist(offset_consumption(base_rows(messages, policies, as_of), consumer_offsets, as_of))
-    topics = sorted({r.topic for r in base.select("topic").distinct().collect()}
-                    | {p for p in policies if not any(c in p for c in "*?[")})
-    by_message = events_by_message(consumer_events, as_of)
-    events = None if by_message is None else persist(by_message)
-    is_coupled = coupled(policies)
-
-    def evaluate_rows(rows: DataFrame) -> DataFrame:
-        return fates(rows.select(*ROW), policies, as_of, events, topics, max_hops)
-
-    # Round 1 evaluates every stored message (the bulk of the work, done once). Later rounds
-    # keep it and re-evaluate into a small ``delta`` only the copies that are new or changed,
-    # and every copy of the coupled partitions they enter or leave; ``replaced`` holds the
-    # round-1 rows that ``delta`` supersedes.
-    first = persist(evaluate_rows(base))
-    columns = first.columns
-    first_copies = persist(_copies(first, base, policies).withColumn("v", _version()))
-    delta, replaced = first.limit(0), base.select("rowId").limit(0)
-
-    def reevaluate(copies: DataFrame, previous: DataFrame | None) -> None:
-        nonlocal delta, replaced
-        if previous is None:
-            added, gone = copies, copies.limit(0)
-        else:
-            added = persist(copies.join(previous.select("rowId", "v"), ["rowId", "v"], "left_anti"))
-            gone = persist(previous.join(copies.select("rowId", "v"), ["rowId", "v"], "left_anti"))
-        touched = F.broadcast(added.unionByName(gone).where(is_coupled).select("topic", "partition").distinct())
-        copy_ids = F.broadcast(copies.select("rowId"))
-        redo = persist(
-            added.drop("v").where(~is_coupled)
-            # a stored record whose chained version went away is itself again
-            .unionByName(base.join(F.broadcast(gone.where("stored").select("rowId")), "rowId", "left_semi")
-                         .join(copy_ids, "rowId", "left_anti").where(~is_coupled))
-            .unionByName(base.where(is_coupled).join(touched, ["topic", "partition"], "left_semi")
-                         .join(copy_ids, "rowId", "left_anti"))
-            .unionByName(copies.drop("v").where(is_coupled).join(touched, ["topic", "partition"], "left_semi"))
-        )
-        dirty = F.broadcast(redo.select("rowId").unionByName(gone.select("rowId")).distinct())
-        replaced = persist(replaced.unionByName(redo.where("stored").select("rowId")).distinct())
-        delta = persist(delta.join(dirty, "rowId", "left_anti").select(*columns)
-                        .unionByName(evaluate_rows(redo).select(*columns)))
-
-    copies, previous = first_copies, None
-    signature = _signature(copies)
-    rounds, converged = 1, signature[0] == 0
-    while not converged:
-        rounds += 1
-        reevaluate(copies, previous)
-        previous = copies
-        copies = persist(
-            first_copies.join(F.broadcast(replaced.withColumnRenamed("rowId", "parentRowId")), "parentRowId",
-                              "left_anti")
-            .unionByName(_copies(delta, base, policies).withColumn("v", _version()))
-        )
-        new_signature = _signature(copies)
-        converged = new_signature == signature
-        signature = new_signature
-        if not converged and rounds > max_hops:
-            reevaluate(copies, previous)  # give the last copies their states, and stop
-            break
-    fated = first.join(F.broadcast(replaced), "rowId", "left_anti").unionByName(delta)
-    states = fated.select(
-        _t(as_of).alias("asOf"), "rowId", "uniqueId", "parentRowId", F.col("hop").cast("int").alias("hop"), "topic",
-        "partition", "sourceFormat", "segment", "segmentPosition", "queueOffset", "storeTimestamp", "deliverAt",
-        "expireAt", "effectivePriority", "messageType", "bodySize", "state", "stateReason", "stateTime",
-        "consumedAt", "deadLetterTopic", "exchange", "routingKey", "cc", "deathHistory", "firstDeathQueue",
-        "firstDeathReason", "firstDeathExchange",
-    )
-    return Evaluation(as_of=as_of, states=states, dead_letters=states.where(F.col("hop") >= 1),
-                      events=_events(fated, as_of), rounds=rounds, converged=converged)
+#: ``message_states`` columns of a fated copy (besides ``asOf``).
+STATE_COLUMNS = (
+    "rowId", "uniqueId", "parentRowId", "hop", "topic", "partition", "sourceFormat", "segment", "segmentPosition",
+    "queueOffset", "storeTimestamp", "deliverAt", "expireAt", "effectivePriority", "messageType", "bodySize", "state",
+    "stateReason", "stateTime", "consumedAt", "deadLetterTopic", "exchange", "routingKey", "cc", "deathHistory",
+    "firstDeathQueue", "firstDeathReason", "firstDeathExchange",
+)
 
 
-def _events(fated: DataFrame, as_of) -> DataFrame:
+def copy_states(fated: DataFrame, as_of) -> DataFrame:
+    """Fated copies as ``message_states`` rows at ``as_of``."""
+    return fated.select(_t(as_of).alias("asOf"), *[F.col(c).cast("int").alias(c) if c == "hop" else c
+                                                   for c in STATE_COLUMNS])
+
+
+def state_events(fated: DataFrame, as_of) -> DataFrame:
     """State changes of each copy up to ``as_of``; the last one at or before ``t`` gives its state at ``t``."""
     t = _t(as_of)
     store, deliver = F.col("storeTimestamp"), F.col("deliverAt")

@@ -36,7 +36,7 @@ from msglake.schemas.semantics import (
     MESSAGE_STATES_TABLE,
 )
 from msglake.schemas.spark import to_spark
-from msglake.transforms.lifecycle import Evaluation
+from msglake.pipelines.jobs.evaluate import Evaluation
 
 #: JSON-lines outputs, file name -> sort key (a total order, so the bytes never depend on Spark's plan).
 JSON_OUTPUTS = {
@@ -295,7 +295,8 @@ def run_replay(spark: SparkSession, settings: Settings, *, as_of: dt.datetime | 
     consumer-event JSON lines (each instead of the lake's table or the settings' policies).
     Writes the replay tables, or JSON lines to ``json_out``.
     """
-    from msglake.transforms.lifecycle import DEFAULT_MAX_HOPS, evaluate
+    from msglake.pipelines.jobs.evaluate import evaluate
+    from msglake.transforms.lifecycle import DEFAULT_MAX_HOPS
 
     started = time.monotonic()
     chosen_policies = load_policies(policies) if policies else policies_of(settings)

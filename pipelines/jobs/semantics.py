@@ -1,32 +1,66 @@
-"""``msglake semantics``: follow the ``messages`` table and log state changes as event time passes.
+"""``msglake semantics``: the semantics engine as an incremental replay over the ``messages`` stream.
 
-A Structured Streaming query over the Delta table ``messages``: the event-time watermark
-(``storeTimestamp`` minus ``--lateness``) drives ``transformWithState`` timers (RocksDB state
-store) that release scheduled messages at ``deliverAt`` and expire the rest at ``expireAt``
-(transforms/lifecycle_stream.py). Each micro-batch appends to ``message_events`` and
-``dead_letters`` (``asOf`` null: the live log) with Delta's ``txnAppId``/``txnVersion``, so a
-replayed batch writes nothing twice. Checkpoint: ``<lake>/_checkpoints/semantics``.
+Each micro-batch of the Delta stream of ``messages`` moves the watermark ``W`` to the newest
+``storeTimestamp`` seen minus ``--lateness`` and evaluates, with the replay's own rounds
+(:mod:`msglake.pipelines.jobs.evaluate`) at ``W``:
+
+- the new messages stored by ``W``;
+- the copies still pending from earlier batches that may change by ``W``: due (their
+  release or fate time has come), named by a consumer event or passed by a consumer-offset
+  snapshot since the last watermark, chained with a new RocketMQ ``%RETRY%``/``%DLQ%``
+  record, or in a coupled topic (overflow, expiry at the head only: one copy's fate depends
+  on the others', so all of them are evaluated together).
+
+It appends the state changes after the last watermark to ``message_events`` and the copies
+this batch dead-lettered to ``dead_letters`` (``asOf`` null), and rewrites the pending set:
+the copies live at ``W`` with when they are next due, the messages stored after ``W``, the
+topics' first arrivals and ``W`` itself, a Delta table next to the checkpoint
+(``<lake>/_checkpoints/semantics-pending``). Every write carries the batch id as Delta's
+``txnVersion``: a batch run again after a crash writes nothing twice.
+
+Why this equals a replay: a copy that left its topic by the last watermark cannot change
+again, and in a coupled partition the copies live at the last watermark are exactly its
+backlog then, so evaluating them with what arrived since gives the replay's fates from the
+last watermark on (tests/pipelines/test_semantics_stream.py checks the two logs equal on
+random scenarios). Late input (a message stored, or a consumer event timed, at or before a
+watermark already passed) is evaluated when it arrives and counted; in a coupled topic it can
+no longer change the fates logged before it.
 """
 from __future__ import annotations
 
 import datetime as dt
+import os
 import threading
 import time
 from dataclasses import dataclass, field
 
-from pyspark.sql import DataFrame, functions as F
+from pyspark.sql import DataFrame, SparkSession, functions as F
 
 from msglake.pipelines.io import checkpoint as cp
 from msglake.pipelines.io.catalog import ensure_table
+from msglake.pipelines.jobs.evaluate import evaluate_copies
 from msglake.pipelines.jobs.running import wait_or_stop
 from msglake.pipelines.settings import Settings, policy_dicts
 from msglake.schemas import MESSAGES_TABLE
-from msglake.schemas.semantics import DEAD_LETTERS_TABLE, MESSAGE_EVENTS_TABLE
-from msglake.transforms.lifecycle import DEFAULT_MAX_HOPS, HISTORY_TYPE, conform, copy_columns, is_lineage_topic
-from msglake.transforms.lifecycle_stream import OUTPUT_SCHEMA, LifecycleProcessor
-from msglake.transforms.semantics import expire_at
+from msglake.schemas.semantics import CONSUMER_EVENTS_TABLE, DEAD_LETTERS_TABLE, MESSAGE_EVENTS_TABLE
+from msglake.transforms.lifecycle import (
+    DEFAULT_MAX_HOPS,
+    ROW,
+    copy_states,
+    coupled,
+    is_lineage_topic,
+    link,
+    offset_consumption,
+    state_events,
+    stored_copies,
+    topic_arrivals,
+)
 
 CHECKPOINT = "semantics"
+PENDING = "semantics-pending"
+#: Rows of the pending table: a live copy, a topic's first arrival (``topic``, ``storeTimestamp``)
+#: or the watermark the table is at (``storeTimestamp``).
+COPY, TOPIC, MARK = "copy", "topic", "mark"
 
 
 @dataclass
@@ -34,64 +68,176 @@ class SemanticsSummary:
     batches: int = 0
     events: int = 0
     dead_letters: int = 0
+    #: Messages stored at or before a watermark already passed when they arrived.
+    late: int = 0
+    #: Copies pending after the last batch (live at the watermark, or stored after it).
+    pending: int = 0
     seconds: float = 0.0
-    #: The event-time watermark the run reached: every event at or before it is logged.
+    #: The watermark the run reached: every state change at or before it is logged.
     watermark: dt.datetime | None = None
     tables: dict[str, str] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         wm = self.watermark.isoformat() if self.watermark else "none yet (no data)"
-        return [f"semantics: {self.batches} batch(es) in {self.seconds:.1f}s; watermark {wm}",
-                f"  logged {self.events:,} state changes, {self.dead_letters:,} dead-lettered copies"]
+        out = [f"semantics: {self.batches} batch(es) in {self.seconds:.1f}s; watermark {wm}",
+               f"  logged {self.events:,} state changes, {self.dead_letters:,} dead-lettered copies; "
+               f"{self.pending:,} copies pending"]
+        if self.late:
+            out.append(f"  {self.late:,} messages arrived after the watermark had passed their store time "
+                       "(evaluated on arrival; raise --lateness to wait for them)")
+        return out
 
 
-def stream_input(spark, settings: Settings) -> DataFrame:
-    """The messages table as a stream of hop-0 copies, in the processor's input shape."""
-    policies = policy_dicts(settings.policies)
-    m = conform(spark.readStream.format("delta").load(settings.lake.table_path(MESSAGES_TABLE.name)))
-    m = m.where(~F.coalesce(F.col("systemCopy"), F.lit(False)) & F.col("retryOf").isNull()
-                & ~is_lineage_topic(F.col("topic")))
-    us = F.unix_micros
-    return m.select(*copy_columns(policies), expire_at(policies).alias("expireAt")).select(
-        "rowId", "uniqueId", "topic", "partition", us("storeTimestamp").alias("storeUs"),
-        us("deliverAt").alias("deliverUs"), us("expireAt").alias("expireUs"), "expiration", "exchange",
-        "routingKey", "cc", "deliveryCount", "bodySize", "effectivePriority", "messageType", "storeTimestamp",
-    )
+@dataclass
+class Stream:
+    """What every micro-batch of one run needs."""
+
+    spark: SparkSession
+    settings: Settings
+    lateness: dt.timedelta
+    max_hops: int
+    tables: dict[str, str]
+    summary: SemanticsSummary
+    app_id: str = "msglake-semantics"
+
+    @property
+    def pending_path(self) -> str:
+        return self.settings.lake.checkpoint_path(PENDING)
+
+    def table(self, name: str) -> DataFrame | None:
+        path = self.settings.lake.table_path(name)
+        if os.path.isdir(os.path.join(path, "_delta_log")):
+            return self.spark.read.format("delta").load(path)
+        return None
 
 
-class _Sink:
-    def __init__(self, checkpoint: str, tables: dict[str, str], summary: SemanticsSummary):
-        self.checkpoint, self.tables, self.summary = checkpoint, tables, summary
+def _ts(micros: int | None):
+    return None if micros is None else dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(
+        microseconds=micros)
 
-    def __call__(self, df: DataFrame, batch_id: int) -> None:
-        app_id = f"msglake-semantics:{cp.query_id(self.checkpoint)}"
-        df = df.persist()
-        ts = F.timestamp_micros
-        history = F.transform(F.from_json("deathHistory", HISTORY_TYPE.replace("time:timestamp", "time:bigint")),
-                              lambda e: e.withField("time", ts(e["time"])))
-        null_ts = F.lit(None).cast("timestamp")
-        events = df.where(F.col("kind") == "event").select(
-            null_ts.alias("asOf"), "rowId", "uniqueId", "hop", "topic", "partition", "event",
-            ts("timeUs").alias("time"), "seq", "state", "reason")
-        copies = df.where(F.col("kind") == "copy").select(
-            null_ts.alias("asOf"), "rowId", "uniqueId", "parentRowId", "hop", "topic", "partition",
-            *[F.lit(None).cast(k).alias(c) for c, k in (("sourceFormat", "string"), ("segment", "string"),
-                                                        ("segmentPosition", "bigint"), ("queueOffset", "bigint"))],
-            ts("storeUs").alias("storeTimestamp"), ts("deliverUs").alias("deliverAt"), ts("expireUs").alias("expireAt"),
-            "effectivePriority", "messageType", "bodySize", F.lit("ready").alias("state"),
-            F.lit(None).cast("string").alias("stateReason"), ts("storeUs").alias("stateTime"),
-            null_ts.alias("consumedAt"), F.lit(None).cast("string").alias("deadLetterTopic"), "exchange",
-            "routingKey", "cc", history.alias("deathHistory"), "firstDeathQueue", "firstDeathReason",
-            "firstDeathExchange")
-        for spec, rows in ((MESSAGE_EVENTS_TABLE, events), (DEAD_LETTERS_TABLE, copies)):
-            (rows.select(*spec.schema.names).write.format("delta").mode("append").option("txnAppId", app_id)
-             .option("txnVersion", batch_id).save(self.tables[spec.name]))
-        counts = df.groupBy("kind").count().collect()
+
+def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
+    """One micro-batch: see the module docstring."""
+    spark, policies = s.spark, policy_dicts(s.settings.policies)
+    arrivals = {r["topic"]: (r["since"], r["newest"]) for r in batch.groupBy("topic").agg(
+        F.unix_micros(F.min("storeTimestamp")).alias("since"),
+        F.unix_micros(F.max("storeTimestamp")).alias("newest")).collect()}
+    pending = (spark.read.format("delta").load(s.pending_path)
+               if os.path.isdir(os.path.join(s.pending_path, "_delta_log")) else None)
+    marks = [] if pending is None else pending.where(F.col("kind") != COPY).select(
+        "kind", "topic", F.unix_micros("storeTimestamp").alias("us")).collect()
+    w_prev = next((m["us"] for m in marks if m["kind"] == MARK), None)
+    topics = {m["topic"]: m["us"] for m in marks if m["kind"] == TOPIC}
+    for topic, (since, _) in arrivals.items():
+        topics[topic] = min(since, topics.get(topic, since))
+    newest = max((n for _, n in arrivals.values()), default=None)
+    lateness_us = s.lateness // dt.timedelta(microseconds=1)
+    w = max([x for x in (w_prev, None if newest is None else newest - lateness_us) if x is not None], default=None)
+    if w is None or w == w_prev and not arrivals:
+        return
+    t, t_prev = _ts(w), _ts(w_prev)
+    store = F.col("storeTimestamp")
+
+    new = stored_copies(batch, policies).select(*[c for c in ROW if c not in ("nextRowId", "nextTopic",
+                                                                                "nextStore", "offsetConsumedAt")])
+    new = new.select("*", *[F.lit(None).cast(k).alias(c) for c, k in (
+        ("offsetConsumedAt", "timestamp"), ("nextRowId", "string"), ("nextTopic", "string"),
+        ("nextStore", "timestamp"))]).select(*ROW).persist()
+    if w_prev is not None:
+        s.summary.late += new.where(store <= _ts(w_prev)).count()
+    copies = None if pending is None else pending.where(F.col("kind") == COPY).select(*ROW, "dueAt")
+    events = s.table(CONSUMER_EVENTS_TABLE.name)
+    offsets = s.table("consumer_offsets")
+
+    fresh = new.where(store <= t)
+    if copies is None:
+        due, waiting = fresh, None
+    else:
+        after = (lambda c: c > t_prev) if t_prev is not None else (lambda c: c.isNotNull())
+        reasons = [F.col("dueAt") <= t, coupled(policies)]
+        touched = []
+        if events is not None:
+            named = events.where(after(F.col("time")) & (F.col("time") <= t)).select(
+                "topic", F.col("messageId").alias("uniqueId")).distinct().withColumn("_named", F.lit(True))
+            touched.append((named, ["topic", "uniqueId"], "_named"))
+        if offsets is not None:
+            passed = offsets.where(after(F.col("snapshotTime")) & (F.col("snapshotTime") <= t)).select(
+                "topic", F.col("queue").cast("int").alias("partition")).distinct().withColumn("_passed", F.lit(True))
+            touched.append((passed, ["topic", "partition"], "_passed"))
+        flagged = copies
+        for df, keys, flag in touched:
+            flagged = flagged.join(F.broadcast(df), keys, "left")
+            reasons.append(F.coalesce(F.col(flag), F.lit(False)))
+        flagged = flagged.withColumn("_due", (store <= t) & F.coalesce(_any(reasons), F.lit(False))).persist()
+        # A RocketMQ chain's records are evaluated together: all of it once one of its records is.
+        in_chain = is_lineage_topic(F.col("topic")) | F.col("nextRowId").isNotNull()
+        chained = (flagged.where(in_chain).select("uniqueId").unionByName(fresh.where(in_chain).select("uniqueId"))
+                   .join(flagged.where("_due").select("uniqueId").unionByName(fresh.select("uniqueId")),
+                         "uniqueId", "left_semi").distinct().withColumn("_chain", F.lit(True)))
+        flagged = flagged.join(F.broadcast(chained), "uniqueId", "left").withColumn(
+            "_due", F.col("_due") | (F.col("_chain").isNotNull() & (store <= t)))
+        due = flagged.where("_due").select(*ROW).unionByName(fresh)
+        waiting = flagged.where(~F.col("_due")).select(*ROW, "dueAt")
+    # The copies whose state changes up to the last watermark are logged already (not those
+    # stored after it, which waited unevaluated).
+    was_pending = None if copies is None else copies.where(store <= t_prev).select("rowId", "hop")
+
+    base = due.where("stored").drop("offsetConsumedAt")
+    base = offset_consumption(link(base), offsets, t).select(*ROW).unionByName(due.where(~F.col("stored")))
+    keys = base.select("topic", "uniqueId").distinct()
+    mine = None if events is None else events.join(
+        F.broadcast(keys).withColumnRenamed("uniqueId", "messageId"), ["topic", "messageId"], "left_semi")
+    arrived = spark.createDataFrame([(k, _ts(v)) for k, v in sorted(topics.items())], "topic string, since timestamp")
+    result = evaluate_copies(base, policies, t, arrived, mine, s.max_hops)
+
+    logged = state_events(result.fated, t).withColumn("asOf", F.lit(None).cast("timestamp"))
+    if was_pending is not None:
+        # what a pending copy did by the last watermark is logged already
+        logged = logged.where(F.col("time") > t_prev).unionByName(
+            logged.where(F.col("time") <= t_prev).join(was_pending.select("rowId"), "rowId", "left_anti"))
+    dead = copy_states(result.fated.where(F.col("hop") >= 1), t)
+    if was_pending is not None:
+        dead = dead.join(was_pending, ["rowId", "hop"], "left_anti")
+    # A dead-letter copy as it was made: ready in its topic from its store time.
+    dead = (dead.withColumn("asOf", F.lit(None).cast("timestamp")).withColumn("state", F.lit("ready"))
+            .withColumn("stateReason", F.lit(None).cast("string")).withColumn("stateTime", store)
+            .withColumn("consumedAt", F.lit(None).cast("timestamp"))
+            .withColumn("deadLetterTopic", F.lit(None).cast("string")))
+    logged, dead = logged.persist(), dead.persist()
+    for spec, rows in ((MESSAGE_EVENTS_TABLE, logged), (DEAD_LETTERS_TABLE, dead)):
+        _write(rows.select(*spec.schema.names), s.tables[spec.name], "append", s.app_id, batch_id)
+
+    live = result.fated.where(F.col("state").isin("scheduled", "ready")).select(*ROW, "dueAt")
+    later = new.where(store > t).withColumn("dueAt", store)
+    keep = live.unionByName(later)
+    if waiting is not None:
+        keep = keep.unionByName(waiting)
+    keep = keep.withColumn("kind", F.lit(COPY)).persist()
+    kept = keep.count()
+    meta = spark.createDataFrame([(TOPIC, k, _ts(v)) for k, v in sorted(topics.items())] + [(MARK, None, t)],
+                                 "kind string, topic string, storeTimestamp timestamp")
+    state = keep.unionByName(meta, allowMissingColumns=True).orderBy(F.col("dueAt").asc_nulls_last())
+    _write(state, s.pending_path, "overwrite", s.app_id + "-pending", batch_id)
+
+    s.summary.batches += 1
+    s.summary.events += logged.count()
+    s.summary.dead_letters += dead.count()
+    s.summary.pending = kept
+    s.summary.watermark = t
+    for df in (new, logged, dead, keep):
         df.unpersist()
-        by = {r["kind"]: r["count"] for r in counts}
-        self.summary.batches += 1
-        self.summary.events += by.get("event", 0)
-        self.summary.dead_letters += by.get("copy", 0)
+
+
+def _any(conditions):
+    out = conditions[0]
+    for c in conditions[1:]:
+        out = out | c
+    return out
+
+
+def _write(df: DataFrame, path: str, mode: str, app_id: str, batch_id: int) -> None:
+    (df.write.format("delta").mode(mode).option("txnAppId", app_id).option("txnVersion", batch_id)
+     .option("overwriteSchema", "true" if mode == "overwrite" else "false").save(path))
 
 
 def run(spark, settings: Settings, *, available_now: bool = True, interval: str = "5 seconds",
@@ -101,20 +247,18 @@ def run(spark, settings: Settings, *, available_now: bool = True, interval: str 
     messages = settings.lake.table_path(MESSAGES_TABLE.name)
     ensure_table(spark, settings, MESSAGES_TABLE)
     tables = {spec.name: ensure_table(spark, settings, spec) for spec in (MESSAGE_EVENTS_TABLE, DEAD_LETTERS_TABLE)}
-    policies = policy_dicts(settings.policies)
-    # A dead-letter topic exists when the lake holds messages of it or a policy names it exactly
-    # (as in a replay); the list is taken when the stream starts.
-    topics = sorted({r.topic for r in spark.read.format("delta").load(messages).select("topic").distinct().collect()}
-                    | {p for p in policies if not any(c in p for c in "*?[")})
     checkpoint = settings.lake.checkpoint_path(CHECKPOINT)
     summary = SemanticsSummary(tables=tables)
+    stream = Stream(spark, settings, dt.timedelta(seconds=lateness_seconds), max_hops, tables, summary)
     started = time.monotonic()
+
+    def batch(df: DataFrame, batch_id: int) -> None:
+        stream.app_id = f"msglake-semantics:{cp.query_id(checkpoint)}"
+        step(stream, df, batch_id)
+
     writer = (
-        stream_input(spark, settings)
-        .withWatermark("storeTimestamp", f"{lateness_seconds} seconds")
-        .groupBy("rowId")
-        .transformWithState(LifecycleProcessor(policies, topics, max_hops), OUTPUT_SCHEMA, "Append", "EventTime")
-        .writeStream.foreachBatch(_Sink(checkpoint, tables, summary))
+        spark.readStream.format("delta").load(messages)
+        .writeStream.foreachBatch(batch)
         .option("checkpointLocation", checkpoint)
         .queryName("msglake-semantics")
     )
@@ -122,8 +266,4 @@ def run(spark, settings: Settings, *, available_now: bool = True, interval: str 
     query = writer.start()
     wait_or_stop(query, stop, stop_timeout)
     summary.seconds = time.monotonic() - started
-    wm = [p.get("eventTime", {}).get("watermark") for p in query.recentProgress]
-    wm = [w for w in wm if w]
-    if wm and not wm[-1].startswith("1970-01-01"):
-        summary.watermark = dt.datetime.fromisoformat(wm[-1].replace("Z", "+00:00"))
     return summary

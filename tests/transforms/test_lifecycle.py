@@ -5,7 +5,8 @@ import pytest
 from pyspark.sql import Row, functions as F
 
 from msglake.pipelines import settings as S
-from msglake.transforms.lifecycle import evaluate, overflow_deaths, NEVER
+from msglake.pipelines.jobs.evaluate import evaluate
+from msglake.transforms.lifecycle import NEVER, overflow_deaths
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 1, tzinfo=UTC)

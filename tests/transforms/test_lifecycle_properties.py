@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from msglake.pipelines import settings as S
 from msglake.schemas.semantics import STATES
-from msglake.transforms.lifecycle import evaluate
+from msglake.pipelines.jobs.evaluate import evaluate
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 MSG = ("topic string, partition int, messageId string, queueOffset bigint, storeTimestamp timestamp, "

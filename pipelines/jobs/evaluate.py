@@ -1,0 +1,146 @@
+"""The rounds of the semantics engine: fate the copies, derive the copies their deaths make, repeat.
+
+The rules are ``msglake.transforms.lifecycle`` (pure column expressions); this module runs
+them until the set of copies stops changing: at most ``max_hops + 1`` rounds, each a few
+Spark jobs, with the lineage cut between rounds. ``msglake replay`` evaluates every stored
+message (:func:`evaluate`); each micro-batch of ``msglake semantics`` evaluates the copies
+still pending plus the new messages (:func:`evaluate_copies`), with the same code.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, functions as F
+
+from msglake.transforms.lifecycle import (
+    DEFAULT_MAX_HOPS,
+    ROW,
+    base_rows,
+    copy_states,
+    coupled,
+    dead_letter_copies,
+    events_by_message,
+    fates,
+    offset_consumption,
+    state_events,
+    topic_arrivals,
+    version,
+)
+
+Persist = Callable[[DataFrame], DataFrame]
+
+
+def local_checkpoint(df: DataFrame) -> DataFrame:
+    return df.localCheckpoint(eager=False)
+
+
+@dataclass
+class Evaluation:
+    """What an evaluation found, as lazy DataFrames over one cached result."""
+
+    as_of: object
+    #: Every copy with its state at ``as_of`` (``message_states``).
+    states: DataFrame
+    #: The copies with hop >= 1 (``dead_letters``).
+    dead_letters: DataFrame
+    #: State changes up to ``as_of`` (``message_events``).
+    events: DataFrame
+    #: Rounds run, and whether the set of copies stopped changing within them.
+    rounds: int
+    converged: bool
+    #: Every copy with its fate columns (``transforms.lifecycle.fates``): what the stream keeps.
+    fated: DataFrame
+
+
+def evaluate(messages: DataFrame, policies: Mapping[str, Mapping], as_of, consumer_events: DataFrame | None = None,
+             consumer_offsets: DataFrame | None = None, max_hops: int = DEFAULT_MAX_HOPS,
+             persist: Persist = local_checkpoint) -> Evaluation:
+    """States of every copy of ``messages`` at ``as_of`` (a ``datetime``), with dead letters and events.
+
+    ``policies``: topic pattern -> policy fields (``TopicPolicy.model_dump()``).
+    ``consumer_events``: ``consumer_events`` rows (topic, messageId, event, time).
+    ``consumer_offsets``: ``consumer_offsets`` rows (topic, queue, offset, snapshotTime).
+    ``persist`` cuts the lineage between rounds (a local checkpoint by default).
+    """
+    base = offset_consumption(base_rows(messages, policies, as_of), consumer_offsets, as_of)
+    return evaluate_copies(base, policies, as_of, topic_arrivals(messages), consumer_events, max_hops, persist)
+
+
+def _signature(copies: DataFrame) -> tuple:
+    row = copies.select(F.count(F.lit(1)).alias("n"), F.sum(F.col("v") % 1_000_000_007).alias("h")).first()
+    return row["n"], row["h"]
+
+
+def evaluate_copies(base: DataFrame, policies: Mapping[str, Mapping], as_of, topics: DataFrame,
+                    consumer_events: DataFrame | None = None, max_hops: int = DEFAULT_MAX_HOPS,
+                    persist: Persist = local_checkpoint) -> Evaluation:
+    """:func:`evaluate` from copies (``transforms.lifecycle.ROW`` columns) instead of messages.
+
+    ``topics``: ``topic, since`` (``transforms.lifecycle.topic_arrivals``). The first round
+    evaluates every copy of ``base``; later rounds only the copies that are new or changed,
+    and the partitions of coupled topics (``transforms.lifecycle.coupled``) they enter.
+    """
+    base = persist(base.select(*ROW))
+    topics = persist(topics)
+    by_message = events_by_message(consumer_events, as_of)
+    events = None if by_message is None else persist(by_message)
+    is_coupled = coupled(policies)
+
+    def evaluate_rows(rows: DataFrame) -> DataFrame:
+        return fates(rows.select(*ROW), policies, as_of, events, topics, max_hops)
+
+    # Round 1 evaluates every copy of base (the bulk of the work, done once). Later rounds
+    # keep it and re-evaluate into a small ``delta`` only the copies that are new or changed,
+    # and every copy of the coupled partitions they enter or leave; ``replaced`` holds the
+    # round-1 rows that ``delta`` supersedes.
+    first = persist(evaluate_rows(base))
+    columns = first.columns
+    first_copies = persist(dead_letter_copies(first, base, policies).withColumn("v", version()))
+    delta, replaced = first.limit(0), base.select("rowId").limit(0)
+
+    def reevaluate(copies: DataFrame, previous: DataFrame | None) -> None:
+        nonlocal delta, replaced
+        if previous is None:
+            added, gone = copies, copies.limit(0)
+        else:
+            added = persist(copies.join(previous.select("rowId", "v"), ["rowId", "v"], "left_anti"))
+            gone = persist(previous.join(copies.select("rowId", "v"), ["rowId", "v"], "left_anti"))
+        touched = F.broadcast(added.unionByName(gone).where(is_coupled).select("topic", "partition").distinct())
+        copy_ids = F.broadcast(copies.select("rowId"))
+        redo = persist(
+            added.drop("v").where(~is_coupled)
+            # a stored record whose chained version went away is itself again
+            .unionByName(base.join(F.broadcast(gone.where("stored").select("rowId")), "rowId", "left_semi")
+                         .join(copy_ids, "rowId", "left_anti").where(~is_coupled))
+            .unionByName(base.where(is_coupled).join(touched, ["topic", "partition"], "left_semi")
+                         .join(copy_ids, "rowId", "left_anti"))
+            .unionByName(copies.drop("v").where(is_coupled).join(touched, ["topic", "partition"], "left_semi"))
+        )
+        dirty = F.broadcast(redo.select("rowId").unionByName(gone.select("rowId")).distinct())
+        replaced = persist(replaced.unionByName(redo.where("stored").select("rowId")).distinct())
+        delta = persist(delta.join(dirty, "rowId", "left_anti").select(*columns)
+                        .unionByName(evaluate_rows(redo).select(*columns)))
+
+    copies, previous = first_copies, None
+    signature = _signature(copies)
+    rounds, converged = 1, signature[0] == 0
+    while not converged:
+        rounds += 1
+        reevaluate(copies, previous)
+        previous = copies
+        copies = persist(
+            first_copies.join(F.broadcast(replaced.withColumnRenamed("rowId", "parentRowId")), "parentRowId",
+                              "left_anti")
+            .unionByName(dead_letter_copies(delta, base, policies).withColumn("v", version()))
+        )
+        new_signature = _signature(copies)
+        converged = new_signature == signature
+        signature = new_signature
+        if not converged and rounds > max_hops:
+            reevaluate(copies, previous)  # give the last copies their states, and stop
+            break
+    fated = first.join(F.broadcast(replaced), "rowId", "left_anti").unionByName(delta)
+    states = copy_states(fated, as_of)
+    return Evaluation(as_of=as_of, states=states, dead_letters=states.where(F.col("hop") >= 1),
+                      events=state_events(fated, as_of), rounds=rounds, converged=converged, fated=fated)
