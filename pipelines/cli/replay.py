@@ -49,17 +49,21 @@ def register(sub, common) -> None:
 
     se = sub.add_parser(
         "semantics", parents=[common], help="follow the messages table and log state changes as event time passes",
-        description="A streaming job over the `messages` table: the event-time watermark (newest storeTimestamp "
-                    "minus --lateness) fires transformWithState timers (RocksDB state) that release scheduled "
-                    "messages at deliverAt and expire the rest at expireAt, dead-lettering them through the "
-                    "topic policies (chains, cycles, hop bound). Appends to `message_events` and `dead_letters` "
-                    "(asOf null), exactly once; checkpoint <lake>/_checkpoints/semantics. Consumption, "
-                    "rejections, overflow and RocketMQ retry chains are only known to `msglake replay`.",
+        description="A streaming job over the `messages` table, an incremental `msglake replay`: each "
+                    "micro-batch moves the watermark (newest storeTimestamp minus --lateness) and evaluates the "
+                    "new messages and the pending copies that may change by then (due, named by a consumer event "
+                    "or offset snapshot, chained with a new RocketMQ retry record, or in a topic with overflow "
+                    "or head-only expiry) with the replay's rules, including consumption, rejections, delivery "
+                    "limits and overflow. Appends the state changes since the last watermark to "
+                    "`message_events` and new dead-letter copies to `dead_letters` (asOf null), exactly once; "
+                    "checkpoint <lake>/_checkpoints/semantics, pending copies in "
+                    "<lake>/_checkpoints/semantics-pending (delete both to start over).",
     )
     se.add_argument("--available-now", action="store_true", help="catch up with the table, then stop")
     se.add_argument("--interval", default="5 seconds", help="processing-time trigger (default '5 seconds')")
     se.add_argument("--lateness", type=int, default=60,
-                    help="seconds a message may arrive after newer ones and still be on time (default 60)")
+                    help="seconds a message or consumer event may arrive after newer messages and still be on "
+                         "time (default 60)")
     se.add_argument("--max-hops", type=int, default=16, help="dead-letter hops before a copy is dropped (default 16)")
     add_stop_timeout(se)
     se.set_defaults(handler=semantics)

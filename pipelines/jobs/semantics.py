@@ -184,9 +184,9 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
 
     base = due.where("stored").drop("offsetConsumedAt")
     base = offset_consumption(link(base), offsets, t).select(*ROW).unionByName(due.where(~F.col("stored")))
-    keys = base.select("topic", "uniqueId").distinct()
-    mine = None if events is None else events.join(
-        F.broadcast(keys).withColumnRenamed("uniqueId", "messageId"), ["topic", "messageId"], "left_semi")
+    # the events of these messages in any topic: their dead-letter copies are made on the way
+    ids = base.select(F.col("uniqueId").alias("messageId")).distinct()
+    mine = None if events is None else events.join(ids, "messageId", "left_semi")
     arrived = spark.createDataFrame([(k, _ts(v)) for k, v in sorted(topics.items())], "topic string, since timestamp")
     result = evaluate_copies(base, policies, t, arrived, mine, s.max_hops)
 
