@@ -29,10 +29,12 @@ no longer change the fates logged before it.
 from __future__ import annotations
 
 import datetime as dt
+import operator
 import os
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession, functions as F
 
@@ -150,6 +152,7 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     offsets = s.table("consumer_offsets")
 
     fresh = new.where(store <= t)
+    marked = None
     if copies is None:
         due, waiting = fresh, None
     else:
@@ -168,7 +171,8 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
         for df, keys, flag in touched:
             flagged = flagged.join(F.broadcast(df), keys, "left")
             reasons.append(F.coalesce(F.col(flag), F.lit(False)))
-        flagged = flagged.withColumn("_due", (store <= t) & F.coalesce(_any(reasons), F.lit(False))).persist()
+        flagged = marked = flagged.withColumn("_due", (store <= t) & F.coalesce(reduce(operator.or_, reasons),
+                                                                                F.lit(False))).persist()
         # A RocketMQ chain's records are evaluated together: all of it once one of its records is.
         in_chain = is_lineage_topic(F.col("topic")) | F.col("nextRowId").isNotNull()
         chained = (flagged.where(in_chain).select("uniqueId").unionByName(fresh.where(in_chain).select("uniqueId"))
@@ -224,15 +228,9 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     s.summary.dead_letters += dead.count()
     s.summary.pending = kept
     s.summary.watermark = t
-    for df in (new, logged, dead, keep):
-        df.unpersist()
-
-
-def _any(conditions):
-    out = conditions[0]
-    for c in conditions[1:]:
-        out = out | c
-    return out
+    for df in (new, logged, dead, keep, marked):
+        if df is not None:
+            df.unpersist()
 
 
 def _write(df: DataFrame, path: str, mode: str, app_id: str, batch_id: int) -> None:
