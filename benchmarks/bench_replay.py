@@ -52,7 +52,8 @@ def build(spark, lake: Path, n: int) -> None:
     messages = spark.range(n, numPartitions=8).select(
         topic.alias("topic"), (i % 4).cast("int").alias("partition"), F.lit("synthetic").alias("sourceFormat"),
         F.lit("bench").alias("segment"), i.alias("segmentPosition"), F.format_string("m%010d", i).alias("messageId"),
-        F.lit(None).cast("string").alias("uniqueId"), (i / 28).cast("bigint").alias("queueOffset"),
+        F.lit(None).cast("string").alias("uniqueId"), F.format_string("t%010d", i).alias("traceId"),
+        (i / 28).cast("bigint").alias("queueOffset"),
         store.alias("bornTimestamp"), store.alias("storeTimestamp"),
         F.when(i % 11 == 0, F.lit(30_000)).cast("bigint").alias("delayTime"),
         F.when(i % 13 == 0, F.timestamp_millis(F.lit(BASE_MS) + i + 20_000)).alias("expireTime"),

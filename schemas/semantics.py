@@ -25,8 +25,10 @@ CONSUMER_EVENT_KINDS = ("delivered", "acked", "rejected", "requeued")
 #: The JSON-lines input, field by field (all required but ``group``).
 CONSUMER_EVENT_FIELDS = {
     "topic": "topic the consumer read the message from (a dead-letter topic for a copy)",
-    "messageId": "the id the consumer saw: RocketMQ UNIQ_KEY (the uniqueId column) when the message has "
-                 "one, else the messageId column (NSQ: the 16-character id)",
+    "messageId": "the id the consumer saw: the message's RocketMQ UNIQ_KEY or offset msgId, or NSQ's "
+                 "16-character id (the messageId column)",
+    "partition": "the partition (NSQ) or queue id (RocketMQ) the consumer read it from (optional; required "
+                 "where the id alone names more than one message, as NSQ ids do across partitions)",
     "group": "consumer group (optional)",
     "event": "one of " + ", ".join(CONSUMER_EVENT_KINDS),
     "time": "ISO-8601 time with zone, e.g. 2026-11-01T10:00:00.250Z",
@@ -36,12 +38,17 @@ CONSUMER_EVENTS_SCHEMA = pa.schema(
     [
         pa.field("topic", pa.string(), nullable=False),
         pa.field("messageId", pa.string(), nullable=False),
+        pa.field("partition", pa.int32()),
         pa.field("group", pa.string()),
         pa.field("event", pa.string(), nullable=False),
         pa.field("time", TS, nullable=False),
         #: The file the line came from and its line number (1-based).
         pa.field("sourceFile", pa.string()),
         pa.field("sourceLine", pa.int64()),
+        #: The message the event names, as the engine knows it (``uniqueId`` of ``message_states``),
+        #: resolved from ``messageId`` (and ``partition``) when loaded; null when the lake held no
+        #: such message then (a dead-letter copy's topic, or not ingested yet): ``messageId`` is used.
+        pa.field("uniqueId", pa.string()),
         pa.field("ingestedAt", TS),
     ]
 )
@@ -49,7 +56,7 @@ CONSUMER_EVENTS_SCHEMA = pa.schema(
 CONSUMER_EVENTS_TABLE = TableSpec(
     name="consumer_events",
     schema=CONSUMER_EVENTS_SCHEMA,
-    key=("topic", "messageId", "event", "time", "group"),
+    key=("topic", "messageId", "partition", "event", "time", "group"),
     properties=dict(APPEND_TABLE_PROPERTIES),
 )
 

@@ -76,14 +76,15 @@ def replayed(spark, tmp_path_factory):
         ingest(spark, settings, src.name)
     conf = tmp_path / "conf.yaml"
     conf.write_text(json.dumps(doc))
-    first = spark.sql(f"SELECT messageId, uniqueId, unix_micros(storeTimestamp) AS us FROM delta.`{settings.lake.table_path('messages')}` "
+    first = spark.sql(f"SELECT messageId, uniqueId, partition, unix_micros(storeTimestamp) AS us FROM delta.`{settings.lake.table_path('messages')}` "
                       "WHERE topic = 'orders' AND NOT coalesce(systemCopy, false) AND retryOf IS NULL "
                       "ORDER BY storeTimestamp, messageId LIMIT 1").first()
     acked = first["uniqueId"] or first["messageId"]
     events = tmp_path / "ev.jsonl"
     ack = dt.datetime.fromtimestamp(first["us"] / 1e6 + 1, dt.timezone.utc).isoformat()
-    events.write_text(json.dumps({"topic": "orders", "messageId": acked, "event": "acked", "time": ack}) + "\n"
-                      + json.dumps({"topic": "orders", "messageId": acked, "event": "delivered", "time": ack}) + "\n")
+    # NSQ numbers ids per partition: the event says which partition it read
+    named = {"topic": "orders", "messageId": acked, "partition": first["partition"], "time": ack}
+    events.write_text(json.dumps({**named, "event": "acked"}) + "\n" + json.dumps({**named, "event": "delivered"}) + "\n")
     assert cli.main(["load-events", "--conf", str(conf), str(events)]) == 0
     assert load_events_table(spark, settings, [str(events)])[1] == 0   # nothing added twice
     for _ in range(2):  # the same T again replaces its rows

@@ -47,6 +47,7 @@ from msglake.transforms.semantics import (
     effective_priority,
     message_type,
     own_expire_at,
+    policy_for,
     policy_value,
 )
 
@@ -114,6 +115,7 @@ def conform(messages: DataFrame) -> DataFrame:
         "transactionId": "string", "messageKey": "string", "deliveryCount": "int", "priority": "int",
         "properties": "map<string,string>", "headers": "map<string,string>", "bodySize": "int",
         "sourceFormat": "string", "segment": "string", "segmentPosition": "bigint", "partition": "int",
+        "producerUniqueId": "string",
     }
     for name, kind in optional.items():
         if name not in messages.columns:
@@ -132,10 +134,47 @@ def is_lineage_topic(topic: Column) -> Column:
     return topic.startswith(RETRY_PREFIX) | topic.startswith(DLQ_PREFIX)
 
 
-def stored_copies(messages: DataFrame, policies: Policies) -> DataFrame:
-    """Hop-0 copies of stored messages (any store time), less broker-internal copies and producer retries."""
+#: The property of a RocketMQ ``%RETRY%``/``%DLQ%`` record naming the record it retries (its offset msgId).
+ORIGIN_ID = "ORIGIN_MESSAGE_ID"
+
+
+def own_id() -> Column:
+    """A message row's own id: its RocketMQ UNIQ_KEY (a batch member's first, not the batch's
+    shared one that ``uniqueId`` reports), else ``uniqueId``, else ``messageId``."""
+    return F.coalesce("producerUniqueId", "uniqueId", "messageId")
+
+
+def message_keys(messages: DataFrame, origins: DataFrame | None = None) -> DataFrame:
+    """Messages (after :func:`conform`) with ``_key``: the engine's id of the message across copies.
+
+    A row's own id (:func:`own_id`), except for a RocketMQ ``%RETRY%``/``%DLQ%`` record that
+    names its origin (``ORIGIN_MESSAGE_ID``, the offset msgId of the first record): the
+    origin's key. The broker rebuilds a retried record's properties from a map, so a batch
+    member's retry carries only the batch's UNIQ_KEY; its origin is what says whose it is.
+    ``origins``: where to look origins up (default: ``messages`` itself).
+    """
+    m = messages.withColumn("_key", own_id())
+    origin = F.col("properties")[ORIGIN_ID]
+    named = is_lineage_topic(F.col("topic")) & origin.isNotNull()
+    retries = m.where(named).withColumn("_origin", origin)
+    source = m if origins is None else conform(origins).withColumn("_key", own_id())
+    found = (
+        source.select(F.col("messageId").alias("_origin"), F.col("_key").alias("_originKey"))
+        .join(retries.select("_origin").distinct(), "_origin", "left_semi")
+        .groupBy("_origin").agg(F.min("_originKey").alias("_originKey"))
+    )
+    resolved = (retries.join(found, "_origin", "left").withColumn("_key", F.coalesce("_originKey", "_key"))
+                .drop("_origin", "_originKey"))
+    return m.where(~named).unionByName(resolved)
+
+
+def stored_copies(messages: DataFrame, policies: Policies, origins: DataFrame | None = None) -> DataFrame:
+    """Hop-0 copies of stored messages (any store time), less broker-internal copies and producer retries.
+
+    ``origins``: the messages a retry record's origin may be among (:func:`message_keys`).
+    """
     m = conform(messages).where(~F.coalesce(F.col("systemCopy"), F.lit(False)) & F.col("retryOf").isNull())
-    return m.select(*copy_columns(policies))
+    return message_keys(m, origins).select(*copy_columns(policies))
 
 
 def link(rows: DataFrame) -> DataFrame:
@@ -177,11 +216,11 @@ def row_id() -> Column:
 
 
 def copy_columns(policies: Policies) -> list[Column]:
-    """A hop-0 copy's columns from a message row (unified schema, after :func:`conform`)."""
+    """A hop-0 copy's columns from a message row (unified schema, after :func:`conform` and :func:`message_keys`)."""
     cc = F.col("properties")["CC"]
     return [
         row_id().alias("rowId"),
-        F.coalesce("uniqueId", "messageId").alias("uniqueId"),
+        F.col("_key").alias("uniqueId"),
         F.lit(None).cast("string").alias("parentRowId"),
         F.lit(0).alias("hop"),
         "topic", "partition", "sourceFormat", "segment", "segmentPosition", "queueOffset", "storeTimestamp",
@@ -234,31 +273,76 @@ def offset_consumption(rows: DataFrame, offsets: DataFrame | None, as_of) -> Dat
     return rows.join(found, "rowId", "left")
 
 
+def conform_events(events: DataFrame) -> DataFrame:
+    """Consumer events with the optional columns the engine reads (absent in hand-made input)."""
+    for name, kind in (("partition", "int"), ("uniqueId", "string")):
+        if name not in events.columns:
+            events = events.withColumn(name, F.lit(None).cast(kind))
+    return events
+
+
+def resolve_events(events: DataFrame, messages: DataFrame) -> DataFrame:
+    """Consumer events with ``uniqueId``, the message each names, and ``matches``: every stored
+    message its topic, id and partition (when given) fit, as ``{uniqueId, partition}``.
+
+    An event names a message by any id a consumer sees: the engine's key, the broker's
+    ``uniqueId``, its own UNIQ_KEY or its ``messageId`` (RocketMQ offset msgId, NSQ id). One
+    match: ``uniqueId`` is that message's key. None: null (a dead-letter copy's topic, or a
+    message not in ``messages``). More than one (an NSQ id in several partitions, a batch
+    send's shared UNIQ_KEY): null, and the caller refuses the event rather than guess.
+    """
+    keyed = message_keys(conform(messages).where(~F.coalesce(F.col("systemCopy"), F.lit(False))))
+    ids = F.array_distinct(F.filter(F.array("_key", "uniqueId", "producerUniqueId", "messageId"),
+                                    lambda v: v.isNotNull()))
+    aliases = keyed.select("topic", F.col("partition").alias("_p"), "_key", F.explode(ids).alias("_alias"))
+    ev = conform_events(events).drop("uniqueId").withColumn("_event", F.monotonically_increasing_id())
+    fits = (F.col("e.topic") == F.col("a.topic")) & (F.col("e.messageId") == F.col("a._alias")) & (
+        F.col("e.partition").isNull() | (F.col("e.partition") == F.col("a._p")))
+    found = (
+        ev.alias("e").join(aliases.alias("a"), fits, "inner")
+        .groupBy(F.col("e._event").alias("_event"))
+        .agg(F.array_sort(F.collect_set(F.struct(F.col("a._key").alias("uniqueId"),
+                                                 F.col("a._p").alias("partition")))).alias("matches"))
+    )
+    return (
+        ev.join(found, "_event", "left")
+        .withColumn("matches", F.coalesce("matches", F.array().cast("array<struct<uniqueId:string,partition:int>>")))
+        .withColumn("uniqueId", F.when(F.size("matches") == 1, F.col("matches")[0]["uniqueId"]))
+        .drop("_event")
+    )
+
+
+def event_key() -> Column:
+    """The message a consumer event names: its resolved ``uniqueId``, else the id as given."""
+    return F.coalesce("uniqueId", "messageId")
+
+
 def events_by_message(events: DataFrame | None, as_of) -> DataFrame | None:
     """Consumer events by ``as_of``, one row per (topic, uniqueId) with its events in time order."""
     if events is None:
         return None
     return (
-        events.where(F.col("time") <= _t(as_of))
-        .groupBy("topic", F.col("messageId").alias("uniqueId"))
-        .agg(F.array_sort(F.collect_list(F.struct("time", "event"))).alias("consumerEvents"))
+        conform_events(events).where(F.col("time") <= _t(as_of))
+        .groupBy("topic", event_key().alias("uniqueId"))
+        .agg(F.array_sort(F.collect_list(F.struct("time", "event", "partition"))).alias("consumerEvents"))
     )
 
 
 def consumer_verdicts(rows: DataFrame, by_message: DataFrame | None) -> DataFrame:
     """Add ``ackedAt``, ``rejectedAt`` and ``requeues`` (sorted times) from :func:`events_by_message`.
 
-    Events name a message by topic and id; every copy in that topic has both, so an event
-    belongs to the copy that was there: a message as published takes events from its store
-    time on, a dead-lettered copy those after its arrival (the event at that instant is the
-    one that ended the copy before it).
+    Events name a message by topic and id (and partition, when given); every copy in that
+    topic has them, so an event belongs to the copy that was there: a message as published
+    takes events from its store time on, a dead-lettered copy those after its arrival (the
+    event at that instant is the one that ended the copy before it).
     """
     if by_message is None:
         return rows.select("*", F.lit(None).cast("timestamp").alias("ackedAt"),
                            F.lit(None).cast("timestamp").alias("rejectedAt"),
                            F.lit(None).cast("array<timestamp>").alias("requeues"))
     store = F.col("storeTimestamp")
-    mine = F.filter("consumerEvents", lambda e: (e["time"] > store) | ((F.col("hop") == 0) & (e["time"] == store)))
+    mine = F.filter("consumerEvents", lambda e: ((e["time"] > store) | ((F.col("hop") == 0) & (e["time"] == store)))
+                    & (e["partition"].isNull() | (e["partition"] == F.col("partition"))))
     times = lambda kind: F.transform(F.filter(mine, lambda e: e["event"] == kind), lambda e: e["time"])  # noqa: E731
     return (
         rows.join(by_message, ["topic", "uniqueId"], "left")
@@ -499,6 +583,13 @@ def coupled(policies: Policies) -> Column:
     (overflow limits, per-message expiry at the head only)."""
     return (policy_value(policies, "maxLength").isNotNull() | policy_value(policies, "maxLengthBytes").isNotNull()
             | policy_value(policies, "expiryAtHeadOnly", False))
+
+
+def is_coupled_topic(policies: Policies, topic: str) -> bool:
+    """:func:`coupled` for one topic, in Python (the same fields of the same policy)."""
+    policy = policy_for(policies, topic)
+    return (policy.get("maxLength") is not None or policy.get("maxLengthBytes") is not None
+            or bool(policy.get("expiryAtHeadOnly")))
 
 
 #: ``message_states`` columns of a fated copy (besides ``asOf``).

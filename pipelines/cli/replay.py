@@ -19,9 +19,11 @@ inputs (each from the lake unless a file is given):
                    maxLength, maxLengthBytes, overflow, maxDeliveries, maxPriority, maxDelayMs,
                    expiryAtHeadOnly}
   consumer events  the `consumer_events` table (`msglake load-events`), or --events: JSON lines
-                   {"topic", "messageId" (uniqueId when the message has one, else messageId),
-                   "group" (optional), "event": delivered|acked|rejected|requeued,
-                   "time": ISO-8601 with zone}
+                   {"topic", "messageId" (any id the consumer saw: RocketMQ UNIQ_KEY or offset
+                   msgId, NSQ id), "partition" (optional: needed where the id alone names several
+                   messages, as NSQ ids do across partitions), "group" (optional),
+                   "event": delivered|acked|rejected|requeued, "time": ISO-8601 with zone};
+                   an event whose id fits several messages is refused with its line
   consumer offsets the `consumer_offsets` table (RocketMQ), unless --no-offsets
 
 outputs: the Delta tables message_states, dead_letters and message_events (this T's rows
@@ -68,13 +70,38 @@ def register(sub, common) -> None:
     add_stop_timeout(se)
     se.set_defaults(handler=semantics)
 
+    hi = sub.add_parser(
+        "history", parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="one message's story across topics: copies, state changes, x-death history",
+        description="""Tell what happened to one message by time T: every record the broker stored of it
+(RocketMQ %RETRY%/%DLQ% records included), every dead-letter copy the delivery rules made,
+each copy's state changes with times and reasons, and its x-death history. ID is a
+messageId, uniqueId (RocketMQ UNIQ_KEY, the producer's own included) or traceId. Only the
+message's own records are evaluated (found through the table's file statistics; run
+`msglake optimize` for fewer files to read), unless its story reaches a topic with overflow
+limits or head-only expiry: that topic, and those that dead-letter into it, are evaluated
+whole, and the answer says so. The same rules as `msglake replay --as-of T`, the same result.
+An NSQ id recurs in every partition of a topic: each message it names is told apart, or
+narrow with --topic/--partition.""")
+    hi.add_argument("id", metavar="ID", help="messageId, uniqueId or traceId")
+    hi.add_argument("--as-of", metavar="T", help="evaluation time, ISO-8601 (UTC when no zone) or epoch ms "
+                                                 "(default: the newest storeTimestamp of the lake)")
+    hi.add_argument("--topic", help="only the records stored in this topic")
+    hi.add_argument("--partition", type=int, help="only the records stored in this partition")
+    hi.add_argument("--format", choices=("text", "json"), default="text", help="output (default text)")
+    hi.add_argument("--max-hops", type=int, default=16, help="dead-letter hops before a copy is dropped (default 16)")
+    hi.set_defaults(handler=history)
+
     le = sub.add_parser(
         "load-events", parents=[common], help="append consumer events (JSON lines) to the consumer_events table",
         description="Read consumer events, one JSON object per line: {\"topic\": ..., \"messageId\": ..., "
-                    "\"group\": ..., \"event\": \"delivered|acked|rejected|requeued\", \"time\": "
-                    "\"2026-11-01T10:00:00.250Z\"}, and add them to the Delta table consumer_events (an event "
-                    "already there is not added twice). Lines that do not fit are listed with their line "
-                    "number and reason, and the exit status is 1.",
+                    "\"partition\": ... (optional), \"group\": ... (optional), \"event\": "
+                    "\"delivered|acked|rejected|requeued\", \"time\": \"2026-11-01T10:00:00.250Z\"}, resolve "
+                    "each to the message it names in the lake's messages table, and add them to the Delta table "
+                    "consumer_events (an event already there is not added twice). Lines that do not fit, and "
+                    "events whose id names more than one message (an NSQ id without its partition, a RocketMQ "
+                    "batch's shared UNIQ_KEY), are listed with their line number and reason, and the exit "
+                    "status is 1.",
     )
     le.add_argument("files", nargs="+", metavar="FILE")
     le.set_defaults(handler=load_events)
@@ -129,3 +156,21 @@ def load_events(args) -> int:
     for r in loaded.rejected:
         print(f"  line not loaded: {r.file}:{r.line}: {r.reason}")
     return 1 if loaded.rejected else 0
+
+
+def history(args) -> int:
+    from msglake.pipelines.io.paths import check_lake_root
+    from msglake.pipelines.jobs.history import history as story_of, render_json, render_text
+    from msglake.pipelines.session import build_session
+
+    settings = load_settings(args)
+    as_of = parse_time(args.as_of, "--as-of") if args.as_of else None
+    non_negative(args.max_hops, "--max-hops")
+    if args.partition is not None:
+        non_negative(args.partition, "--partition")
+    check_lake_root(settings.lake.root, write=False)
+    spark = build_session(settings)
+    story = story_of(spark, settings, args.id, as_of=as_of, topic=args.topic, partition=args.partition,
+                     max_hops=args.max_hops)
+    emit(render_json(story) if args.format == "json" else render_text(story))
+    return 0

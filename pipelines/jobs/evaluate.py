@@ -55,16 +55,19 @@ class Evaluation:
 
 def evaluate(messages: DataFrame, policies: Mapping[str, Mapping], as_of, consumer_events: DataFrame | None = None,
              consumer_offsets: DataFrame | None = None, max_hops: int = DEFAULT_MAX_HOPS,
-             persist: Persist = local_checkpoint) -> Evaluation:
+             persist: Persist = local_checkpoint, topics: DataFrame | None = None) -> Evaluation:
     """States of every copy of ``messages`` at ``as_of`` (a ``datetime``), with dead letters and events.
 
     ``policies``: topic pattern -> policy fields (``TopicPolicy.model_dump()``).
     ``consumer_events``: ``consumer_events`` rows (topic, messageId, event, time).
     ``consumer_offsets``: ``consumer_offsets`` rows (topic, queue, offset, snapshotTime).
     ``persist`` cuts the lineage between rounds (a local checkpoint by default).
+    ``topics``: when each topic got its first message (default: from ``messages``; give it when
+    ``messages`` is a part of the lake).
     """
     base = offset_consumption(base_rows(messages, policies, as_of), consumer_offsets, as_of)
-    return evaluate_copies(base, policies, as_of, topic_arrivals(messages), consumer_events, max_hops, persist)
+    topics = topic_arrivals(messages) if topics is None else topics
+    return evaluate_copies(base, policies, as_of, topics, consumer_events, max_hops, persist)
 
 
 def _signature(copies: DataFrame) -> tuple:

@@ -77,8 +77,12 @@ def policies_of(settings: Settings) -> dict[str, dict]:
     return policy_dicts(settings.policies)
 
 
-def read_consumer_events(spark: SparkSession, paths: list[str]) -> Loaded:
-    """Consumer events from JSON-lines files; a line that does not fit is listed, never dropped silently."""
+def read_consumer_events(spark: SparkSession, paths: list[str], messages: DataFrame | None = None) -> Loaded:
+    """Consumer events from JSON-lines files; a line that does not fit is listed, never dropped silently.
+
+    With ``messages``, each event is resolved to the message it names (its ``uniqueId``); an
+    event whose id fits several messages is refused with the line and the candidates.
+    """
     good: dict[str, list] = {f.name: [] for f in CONSUMER_EVENTS_SCHEMA}
     rejected: list[RejectedLine] = []
     for path in paths:
@@ -99,8 +103,37 @@ def read_consumer_events(spark: SparkSession, paths: list[str]) -> Loaded:
                 good["sourceFile"].append(os.path.abspath(path))
                 good["sourceLine"].append(n)
                 good["ingestedAt"].append(None)  # set by the loader that writes the table
+                good["uniqueId"].append(None)  # resolved against the messages, when given
     table = pa.table(good, schema=CONSUMER_EVENTS_SCHEMA)
-    return Loaded(spark.createDataFrame(table) if table.num_rows else None, table.num_rows, rejected)
+    if not table.num_rows:
+        return Loaded(None, 0, rejected)
+    df = spark.createDataFrame(table)
+    if messages is None:
+        return Loaded(df, table.num_rows, rejected)
+    return _resolved(df, messages, rejected)
+
+
+def _resolved(events: DataFrame, messages: DataFrame, rejected: list[RejectedLine]) -> Loaded:
+    from msglake.transforms.lifecycle import resolve_events
+
+    resolved = resolve_events(events, messages).cache()
+    ambiguous = resolved.where(F.size("matches") > 1).orderBy("sourceFile", "sourceLine").collect()
+    rejected = rejected + [RejectedLine(r["sourceFile"], r["sourceLine"], _ambiguity(r)) for r in ambiguous]
+    good = resolved.where(F.size("matches") <= 1).select(*CONSUMER_EVENTS_SCHEMA.names)
+    return Loaded(good, good.count(), rejected)
+
+
+def _ambiguity(event) -> str:
+    """Why an event that fits several messages is refused, and what would name one."""
+    matches = event["matches"]
+    where = f"{event['topic']!r}" + ("" if event["partition"] is None else f" partition {event['partition']}")
+    partitions = sorted({m["partition"] for m in matches})
+    if event["partition"] is None and len(partitions) > 1:
+        return (f"ambiguous: id {event['messageId']!r} names {len(matches)} messages in {where} (partitions "
+                f"{', '.join(map(str, partitions))}); add \"partition\"")
+    return (f"ambiguous: id {event['messageId']!r} names {len(matches)} messages in {where} (their own ids "
+            f"{', '.join(m['uniqueId'] for m in matches[:5])}{', ...' if len(matches) > 5 else ''}: "
+            "a batch send's shared UNIQ_KEY?); name the message by its own UNIQ_KEY or offset msgId")
 
 
 def _event_row(rec) -> dict:
@@ -116,18 +149,21 @@ def _event_row(rec) -> dict:
         raise ValueError(f"event: {rec['event']!r} is not one of {list(CONSUMER_EVENT_KINDS)}")
     if rec.get("group") is not None and not isinstance(rec["group"], str):
         raise ValueError("group: a string is required")
+    partition = rec.get("partition")
+    if partition is not None and (type(partition) is not int or not 0 <= partition < 1 << 31):
+        raise ValueError(f"partition: a whole number >= 0 is required (got {partition!r})")
     t = dt.datetime.fromisoformat(rec["time"].replace("Z", "+00:00"))
     if t.tzinfo is None:
         raise ValueError("time: give a zone (Z or +hh:mm)")
-    return {"topic": rec["topic"], "messageId": rec["messageId"], "group": rec.get("group"),
-            "event": rec["event"], "time": t}
+    return {"topic": rec["topic"], "messageId": rec["messageId"], "partition": partition,
+            "group": rec.get("group"), "event": rec["event"], "time": t}
 
 
 def load_events_table(spark: SparkSession, settings: Settings, paths: list[str]) -> tuple[Loaded, int]:
     """Append consumer events from files to ``consumer_events``; lines already there are not added twice."""
     from delta.tables import DeltaTable
 
-    loaded = read_consumer_events(spark, paths)
+    loaded = read_consumer_events(spark, paths, lake_table(spark, settings, "messages"))
     path = ensure_table(spark, settings, CONSUMER_EVENTS_TABLE)
     if loaded.df is None:
         return loaded, 0
@@ -310,7 +346,7 @@ def run_replay(spark: SparkSession, settings: Settings, *, as_of: dt.datetime | 
             raise LakeError(f"no messages table in {settings.lake.table_path('messages')}: "
                             "ingest first, or replay messages from a JSON-lines file")
     if events:
-        loaded = read_consumer_events(spark, events)
+        loaded = read_consumer_events(spark, events, messages_df)
         events_df, rejected = loaded.df, rejected + loaded.rejected
     else:
         events_df = lake_table(spark, settings, "consumer_events")

@@ -48,8 +48,10 @@ from msglake.schemas.semantics import CONSUMER_EVENTS_TABLE, DEAD_LETTERS_TABLE,
 from msglake.transforms.lifecycle import (
     DEFAULT_MAX_HOPS,
     ROW,
+    conform_events,
     copy_states,
     coupled,
+    event_key,
     is_lineage_topic,
     link,
     offset_consumption,
@@ -140,7 +142,8 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     t, t_prev = _ts(w), _ts(w_prev)
     store = F.col("storeTimestamp")
 
-    new = stored_copies(batch, policies).select(*[c for c in ROW if c not in ("nextRowId", "nextTopic",
+    # a retry record's origin may be in an earlier batch: look it up in the whole table
+    new = stored_copies(batch, policies, origins=s.table(MESSAGES_TABLE.name)).select(*[c for c in ROW if c not in ("nextRowId", "nextTopic",
                                                                                 "nextStore", "offsetConsumedAt")])
     new = new.select("*", *[F.lit(None).cast(k).alias(c) for c, k in (
         ("offsetConsumedAt", "timestamp"), ("nextRowId", "string"), ("nextTopic", "string"),
@@ -149,6 +152,7 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
         s.summary.late += new.where(store <= _ts(w_prev)).count()
     copies = None if pending is None else pending.where(F.col("kind") == COPY).select(*ROW, "dueAt")
     events = s.table(CONSUMER_EVENTS_TABLE.name)
+    events = None if events is None else conform_events(events).withColumn("_id", event_key())
     offsets = s.table("consumer_offsets")
 
     fresh = new.where(store <= t)
@@ -161,7 +165,7 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
         touched = []
         if events is not None:
             named = events.where(after(F.col("time")) & (F.col("time") <= t)).select(
-                "topic", F.col("messageId").alias("uniqueId")).distinct().withColumn("_named", F.lit(True))
+                "topic", F.col("_id").alias("uniqueId")).distinct().withColumn("_named", F.lit(True))
             touched.append((named, ["topic", "uniqueId"], "_named"))
         if offsets is not None:
             passed = offsets.where(after(F.col("snapshotTime")) & (F.col("snapshotTime") <= t)).select(
@@ -189,8 +193,8 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     base = due.where("stored").drop("offsetConsumedAt")
     base = offset_consumption(link(base), offsets, t).select(*ROW).unionByName(due.where(~F.col("stored")))
     # the events of these messages in any topic: their dead-letter copies are made on the way
-    ids = base.select(F.col("uniqueId").alias("messageId")).distinct()
-    mine = None if events is None else events.join(ids, "messageId", "left_semi")
+    ids = base.select(F.col("uniqueId").alias("_id")).distinct()
+    mine = None if events is None else events.join(ids, "_id", "left_semi").drop("_id")
     arrived = spark.createDataFrame([(k, _ts(v)) for k, v in sorted(topics.items())], "topic string, since timestamp")
     result = evaluate_copies(base, policies, t, arrived, mine, s.max_hops)
 

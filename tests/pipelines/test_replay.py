@@ -203,3 +203,44 @@ def test_a_json_lines_priority_is_the_producers(spark, tmp_path):
                            F.col("headers")["x"].alias("x")).orderBy("messageId")
     # given 2; missing: 0 (AMQP); 9 above the maximum: 3, other headers kept; header and field agree: 1
     assert_rows(got, [("a", 2, None), ("b", 0, None), ("c", 3, "1"), ("d", 1, None)])
+
+
+def test_an_event_names_one_message_or_is_refused(spark, tmp_path, capsys):
+    """NSQ numbers ids per partition; a RocketMQ batch send shares one UNIQ_KEY: an id that fits
+    several messages is refused with its line, never given to one of them."""
+    t = "2026-11-01T10:00:0{}Z"
+    lines = [
+        # the same NSQ id in partitions 0 and 1 of orders (a TTL of 1 s)
+        {"topic": "orders", "partition": 0, "messageId": "0000000000000005", "storeTimestamp": t.format(0)},
+        {"topic": "orders", "partition": 1, "messageId": "0000000000000005", "storeTimestamp": t.format(0)},
+        # a RocketMQ batch send of two: own UNIQ_KEYs U1/U2, both report the batch's B
+        {"topic": "pay", "partition": 3, "messageId": "OFF1", "uniqueId": "B", "producerUniqueId": "U1",
+         "storeTimestamp": t.format(0)},
+        {"topic": "pay", "partition": 3, "messageId": "OFF2", "uniqueId": "B", "producerUniqueId": "U2",
+         "storeTimestamp": t.format(0)},
+    ]
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (tmp_path / "p.yaml").write_text("orders: {messageTtlMs: 1000}\npay: {messageTtlMs: 1000}\n")
+    events = [
+        {"topic": "orders", "messageId": "0000000000000005", "event": "acked", "time": t.format(0)},  # 1: which?
+        {"topic": "orders", "partition": 1, "messageId": "0000000000000005", "event": "acked", "time": t.format(0)},
+        {"topic": "pay", "messageId": "B", "event": "acked", "time": t.format(0)},  # 3: which member?
+        {"topic": "pay", "messageId": "OFF2", "event": "acked", "time": t.format(0)},  # 4: U2 by offset msgId
+        {"topic": "orders", "partition": -1, "messageId": "x", "event": "acked", "time": t.format(0)},
+    ]
+    (tmp_path / "e.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    out = tmp_path / "out"
+    assert cli.main(["replay", "--lake", str(tmp_path / "lake"), "--messages", str(tmp_path / "m.jsonl"),
+                     "--policies", str(tmp_path / "p.yaml"), "--events", str(tmp_path / "e.jsonl"),
+                     "--as-of", t.format(5), "--json-out", str(out)]) == 1
+    said = capsys.readouterr().out
+    assert (f"{tmp_path / 'e.jsonl'}:1: ambiguous: id '0000000000000005' names 2 messages in 'orders' "
+            "(partitions 0, 1); add \"partition\"") in said
+    assert f"{tmp_path / 'e.jsonl'}:3: ambiguous: id 'B' names 2 messages in 'pay' (their own ids U1, U2" in said
+    assert f"{tmp_path / 'e.jsonl'}:5: partition: a whole number >= 0 is required (got -1)" in said
+    with open(out / "message_states.jsonl") as f:
+        got = sorted((r["topic"], r["partition"], r["uniqueId"], r["state"], r["consumedAt"] is not None)
+                     for r in map(json.loads, f))
+    assert got == [("orders", 0, "0000000000000005", "expired", False),
+                   ("orders", 1, "0000000000000005", "ready", True),
+                   ("pay", 3, "U1", "expired", False), ("pay", 3, "U2", "ready", True)]

@@ -149,9 +149,9 @@ def _scenarios(scenarios):
 def test_stream_after_any_micro_batches_equals_a_replay_at_its_watermark(spark, tmp_path_factory):
     seen: set = set()
 
-    @hsettings(max_examples=3, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
+    @hsettings(max_examples=2, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    @given(st.lists(scenario, min_size=40, max_size=40), st.lists(st.integers(1, 330), min_size=1, max_size=2),
+    @given(st.lists(scenario, min_size=60, max_size=60), st.lists(st.integers(1, 330), min_size=1, max_size=2),
            st.integers(0, 60))
     def check(scenarios, cuts, lateness_ms):
         seen.update(_stream_equals_replay(spark, tmp_path_factory.mktemp("stream-eq"), scenarios, cuts,

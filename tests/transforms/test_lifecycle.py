@@ -338,3 +338,21 @@ def test_events_give_the_state_at_any_earlier_time(spark):
             if e.ms <= t:
                 by_log[e.uniqueId, e.topic, e.hop] = e.state
         assert by_log == {k: r.state for k, r in s.items()}, t
+
+
+def test_a_batch_members_retry_joins_its_own_history_not_its_siblings(spark):
+    # Two members of one RocketMQ batch send: own UNIQ_KEYs P1 and P2, both reporting the batch's
+    # B as uniqueId (the broker appends it last). P1's consumer retry carries only B (the broker
+    # rebuilt its properties from a map) and names its origin by offset msgId: ORIGIN_MESSAGE_ID.
+    schema = MSG + ", producerUniqueId string"
+    fmt = "rocketmq-commitlog"
+    rows = [msg(1, topic="orders", fmt=fmt, uid="B") + ("P1",), msg(2, topic="orders", fmt=fmt, uid="B") + ("P2",),
+            msg(3, topic="%RETRY%billing", store=100, delivery=1, fmt=fmt, uid="B",
+                props={"ORIGIN_MESSAGE_ID": "m1"}) + ("B",),
+            # a retry whose origin the lake does not hold keeps its own id: linked to nobody
+            msg(4, topic="%RETRY%billing", store=150, delivery=1, fmt=fmt, uid="Q",
+                props={"ORIGIN_MESSAGE_ID": "gone"}) + ("Q",)]
+    result = evaluate(spark.createDataFrame(rows, schema), policies({}), at(1000))
+    got = sorted((r.uniqueId, r.topic, r.hop, r.state) for r in result.states.collect())
+    assert got == [("P1", "%RETRY%billing", 1, "ready"), ("P1", "orders", 0, "dead_lettered"),
+                   ("P2", "orders", 0, "ready"), ("Q", "%RETRY%billing", 0, "ready")]

@@ -1,0 +1,115 @@
+"""msglake history: one message's story, evaluated alone, equals the replay's rows for its copies."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from pyspark.sql import functions as F
+
+from msglake.pipelines import cli
+from msglake.pipelines.jobs.history import history, render_text
+from msglake.pipelines.jobs.replay import run_replay
+from msglake.pipelines.settings import from_dict
+
+pytestmark = pytest.mark.slow
+
+T = dt.datetime(2100, 1, 1, tzinfo=dt.timezone.utc)
+#: Copy columns the story and the replay must agree on.
+SAME = ("rowId", "uniqueId", "parentRowId", "hop", "topic", "partition", "segment", "segmentPosition", "storeTimestamp",
+        "deliverAt", "expireAt", "state", "stateReason", "stateTime", "consumedAt", "deadLetterTopic",
+        "deathHistory", "firstDeathQueue", "firstDeathReason")
+
+
+def _ts(v):
+    return dt.datetime.fromisoformat(v) if isinstance(v, str) else v
+
+
+def _norm(row: dict) -> tuple:
+    def fix(v):
+        if isinstance(v, list):
+            return [fix(x) for x in v]
+        if isinstance(v, dict):
+            return {k: fix(x) for k, x in sorted(v.items())}
+        return _ts(v) if isinstance(v, str) and len(v) > 19 and v[10:11] == "T" else v
+    return tuple(fix(row[k]) for k in SAME)
+
+
+def _replay_json(spark, settings, tmp_path, name):
+    out = tmp_path / name
+    run_replay(spark, settings, as_of=T, json_out=str(out))
+    with open(out / "message_states.jsonl") as f:
+        states = {r["rowId"]: r for r in map(json.loads, f)}
+    with open(out / "message_events.jsonl") as f:
+        events: dict = {}
+        for r in map(json.loads, f):
+            events.setdefault(r["rowId"], []).append((r["event"], _ts(r["time"]), r["seq"], r["reason"]))
+    return states, events
+
+
+def _agrees(story, states, events):
+    assert story.copies
+    for c in story.copies:
+        assert _norm(c) == _norm(states[c["rowId"]]), c["topic"]
+        assert [(e["event"], e["time"], e["seq"], e["reason"]) for e in c["events"]] == events[c["rowId"]]
+
+
+@pytest.fixture(scope="module")
+def lake(spark, replayed, tmp_path_factory):
+    settings, acked, _ = replayed
+    states, events = _replay_json(spark, settings, tmp_path_factory.mktemp("history"), "replay")
+    return settings, acked, states, events
+
+
+def test_an_acked_nsq_message_and_its_twin_in_the_other_partition(spark, lake, capsys):
+    settings, acked, states, events = lake
+    both = history(spark, settings, acked, as_of=T, topic="orders")
+    # nsqd numbers ids per partition: the same id names one message in each partition
+    parts = sorted((g[0]["partition"], g[0]["consumedAt"] is not None) for g in both.messages)
+    assert len(parts) == 2 and sum(consumed for _, consumed in parts) == 1
+    _agrees(both, states, events)
+    assert not both.whole_topics
+    # what became of the expired twin: its dead-letter copy in orders.dlq, with the death
+    twin = next(g for g in both.messages if g[0]["consumedAt"] is None)
+    assert [(c["topic"], c["hop"]) for c in twin] == [("orders", 0), ("orders.dlq", 1)]
+    assert twin[1]["deathHistory"][0]["reason"] == "expired"
+
+    conf = ["--lake", settings.lake.root]
+    assert cli.main(["history", acked, "--topic", "orders", "--partition", str(parts[0][0]), "--as-of",
+                     T.isoformat(), "--format", "json", *conf]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [len(m["copies"]) for m in doc["messages"]] == [2 if not parts[0][1] else 1]
+
+
+def test_a_rocketmq_retry_chain_by_its_producer_id(spark, lake):
+    settings, _, states, events = lake
+    retried = (spark.read.format("delta").load(settings.lake.table_path("messages"))
+               .where(F.col("topic").startswith("%DLQ%")).select("uniqueId").first())
+    assert retried is not None
+    story = history(spark, settings, retried["uniqueId"], as_of=T)
+    topics = [c["topic"] for c in story.copies]
+    assert topics[0] == "orders" and topics[-1].startswith("%DLQ%") and any(t.startswith("%RETRY%") for t in topics)
+    _agrees(story, states, events)
+    text = "\n".join(render_text(story))
+    assert "1 message(s)" in text and "x-death: %RETRY%" in text and "state at T: ready" in text
+
+
+def test_a_story_through_an_overflowing_topic_evaluates_that_topic_whole(spark, lake, tmp_path):
+    settings, acked, _, _ = lake
+    doc = settings.model_dump()
+    doc["policies"] = {"orders": {"messageTtlMs": 60_000, "deadLetterTopic": "orders.dlq"},
+                       "orders.dlq": {"maxLength": 3, "overflow": "drop-head"}}
+    bounded = from_dict(doc, "test")
+    states, events = _replay_json(spark, bounded, tmp_path, "bounded")
+    story = history(spark, bounded, acked, as_of=T, topic="orders")
+    assert story.whole_topics == ["orders", "orders.dlq"]
+    _agrees(story, states, events)
+    # most of the expired orders were pushed out of the bounded dead-letter topic
+    assert "maxlen" in {c["stateReason"] for c in states.values() if c["topic"] == "orders.dlq"}
+
+
+def test_an_unknown_id_is_one_line(spark, lake, capsys):
+    settings = lake[0]
+    assert cli.main(["history", "no-such-id", "--lake", settings.lake.root]) == 2  # bad input
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["msglake: error: no stored message has messageId, uniqueId or traceId 'no-such-id'"]
