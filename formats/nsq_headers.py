@@ -121,14 +121,15 @@ def load_headers(raws: list[bytes]) -> tuple[list[dict], list[int], dict[int, st
     return [docs[i] for i in where], where, bad
 
 
-def scan_headers(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray
+def scan_headers(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, scanner=None
                  ) -> tuple[Pairs, list[int], dict[int, str]] | None:
-    """:func:`load_headers` for the headers ``buf[starts[i]:ends[i]]`` read by :func:`msglake.formats.nsq_json.scan`.
+    """:func:`load_headers` for the headers ``buf[starts[i]:ends[i]]`` read by :func:`msglake.formats.nsq_json.scan`
+    (or ``scanner``, a function that gives the same pairs).
 
     None when the chunk's headers are not all simple (or a ``##trace_id`` is an integer):
     parse them with :func:`load_headers`.
     """
-    pairs = scan(buf, starts, ends)
+    pairs = (scanner or scan)(buf, starts, ends)
     if pairs is None:
         return None
     k = len(pairs.counts)

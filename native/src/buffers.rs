@@ -1,0 +1,113 @@
+//! Byte views of Python buffers in, little-endian column buffers out.
+//!
+//! Inputs are any C-contiguous buffer (bytes, mmap, a NumPy array) read in place. Outputs are
+//! `bytes` objects that Python wraps with `np.frombuffer` / `pa.py_buffer` without a copy.
+
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+/// A read-only view of a Python buffer, held for the duration of one call.
+pub struct View {
+    buf: PyBuffer<u8>,
+}
+
+impl View {
+    pub fn new(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let buf = PyBuffer::<u8>::get(obj)?;
+        if !buf.is_c_contiguous() {
+            return Err(PyValueError::new_err("buffer must be C-contiguous"));
+        }
+        Ok(View { buf })
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the buffer is C-contiguous, of len_bytes bytes, and kept alive (and its
+        // exporter locked against resizing) by `self.buf` for as long as the slice lives.
+        unsafe { std::slice::from_raw_parts(self.buf.buf_ptr() as *const u8, self.buf.len_bytes()) }
+    }
+}
+
+/// An int64 array given by Python (NumPy), read in place.
+pub struct I64s {
+    buf: PyBuffer<i64>,
+}
+
+impl I64s {
+    pub fn new(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let buf = PyBuffer::<i64>::get(obj)?;
+        if !buf.is_c_contiguous() {
+            return Err(PyValueError::new_err("int64 array must be C-contiguous"));
+        }
+        Ok(I64s { buf })
+    }
+
+    pub fn values(&self) -> &[i64] {
+        // SAFETY: as for View; the element type was checked by PyBuffer::get.
+        unsafe { std::slice::from_raw_parts(self.buf.buf_ptr() as *const i64, self.buf.item_count()) }
+    }
+}
+
+/// A column of fixed-width values as a `bytes` object (native, little-endian order).
+pub fn column<'py, T: Copy>(py: Python<'py>, values: &[T]) -> Bound<'py, PyBytes> {
+    let n = std::mem::size_of_val(values);
+    // SAFETY: T is a plain number type; its bytes are read as they lie in memory.
+    let raw = unsafe { std::slice::from_raw_parts(values.as_ptr() as *const u8, n) };
+    PyBytes::new(py, raw)
+}
+
+/// Variable-length values (binary or UTF-8) as Arrow's int32 offsets and one data buffer.
+#[derive(Default, Debug)]
+pub struct Binary {
+    pub offsets: Vec<i32>,
+    pub data: Vec<u8>,
+}
+
+impl Binary {
+    pub fn with_capacity(items: usize, bytes: usize) -> Self {
+        let mut offsets = Vec::with_capacity(items + 1);
+        offsets.push(0);
+        Binary { offsets, data: Vec::with_capacity(bytes) }
+    }
+
+    pub fn push(&mut self, value: &[u8]) {
+        self.data.extend_from_slice(value);
+        self.offsets.push(self.data.len() as i32);
+    }
+
+    pub fn len(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn into_py<'py>(self, py: Python<'py>) -> (Bound<'py, PyBytes>, Bound<'py, PyBytes>) {
+        let offsets = if self.offsets.is_empty() { vec![0] } else { self.offsets };
+        (column(py, &offsets), PyBytes::new(py, &self.data))
+    }
+}
+
+/// `buf[starts[i]..ends[i]]` for every i, concatenated: the one copy a binary column needs.
+pub fn gather(buf: &[u8], starts: &[i64], ends: &[i64]) -> Binary {
+    let total: i64 = starts.iter().zip(ends).map(|(a, b)| b - a).sum();
+    let mut out = Binary::with_capacity(starts.len(), total.max(0) as usize);
+    for (&a, &b) in starts.iter().zip(ends) {
+        out.push(&buf[a as usize..b as usize]);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gather_concatenates_slices_with_offsets() {
+        let g = gather(b"0123456789abcdef", &[1, 5, 5, 10], &[3, 5, 8, 16]);
+        assert_eq!(g.offsets, vec![0, 2, 2, 5, 11]);
+        assert_eq!(g.data, b"12567abcdef");
+    }
+}

@@ -1,0 +1,105 @@
+//! msglake's native codec core: the per-record steps of the segment codecs, compiled.
+//!
+//! The Python codecs in `formats/` stay the reference and keep their API; they call these
+//! functions for their hot inner steps (framing walks, fixed fields, headers/properties,
+//! CRC32, host and id formatting) and build the same Arrow columns from the buffers returned.
+//! Every column comes back as a `bytes` object (fixed-width values in native order, or Arrow
+//! int32 offsets + data) that Python wraps without a copy.
+
+mod buffers;
+mod nsq;
+mod read;
+mod rocketmq;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use buffers::{column, gather as gather_slices, I64s, View};
+
+/// `buf[starts[i]:ends[i]]` concatenated: (int32 offsets, data), for an Arrow binary array.
+#[pyfunction]
+fn gather<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, starts: &Bound<'py, PyAny>, ends: &Bound<'py, PyAny>)
+    -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    let (buf, starts, ends) = (View::new(buf)?, I64s::new(starts)?, I64s::new(ends)?);
+    let out = py.allow_threads(|| gather_slices(buf.bytes(), starts.values(), ends.values()));
+    Ok(out.into_py(py))
+}
+
+/// NSQ: the records of `buf[start:end]`: (int64 positions, stop, kind, bad length prefix).
+#[pyfunction]
+fn nsq_frame<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64)
+    -> PyResult<(Bound<'py, PyBytes>, i64, &'static str, i64)> {
+    let view = View::new(buf)?;
+    let fr = py.allow_threads(|| nsq::framing::frame(view.bytes(), start, end));
+    Ok((column(py, &fr.positions), fr.stop, fr.kind.name(), fr.bad))
+}
+
+/// NSQ: the walk without records: (stop, kind, boundaries about `every` bytes apart).
+#[pyfunction]
+#[pyo3(signature = (buf, start, end, every=None))]
+fn nsq_walk(py: Python<'_>, buf: &Bound<'_, PyAny>, start: i64, end: i64, every: Option<i64>)
+    -> PyResult<(i64, &'static str, Vec<i64>)> {
+    let view = View::new(buf)?;
+    let (stop, kind, cuts) = py.allow_threads(|| nsq::framing::walk(view.bytes(), start, end, every));
+    Ok((stop, kind.name(), cuts))
+}
+
+/// NSQ: how far to read from `start` within a budget: (boundary, records).
+#[pyfunction]
+#[pyo3(signature = (buf, start, end, limit, max_bytes=None, max_records=None))]
+fn nsq_advance(py: Python<'_>, buf: &Bound<'_, PyAny>, start: i64, end: i64, limit: i64, max_bytes: Option<i64>,
+               max_records: Option<i64>) -> PyResult<(i64, i64)> {
+    let view = View::new(buf)?;
+    Ok(py.allow_threads(|| nsq::framing::advance(view.bytes(), start, end, limit, max_bytes, max_records)))
+}
+
+/// NSQ: fixed header and ext block of every record, as a dict of column buffers.
+#[pyfunction]
+fn nsq_fields<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, positions: &Bound<'py, PyAny>,
+                   lengths: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
+    let (view, positions, lengths) = (View::new(buf)?, I64s::new(positions)?, I64s::new(lengths)?);
+    let f = py.allow_threads(|| nsq::fields::read(view.bytes(), positions.values(), lengths.values()));
+    let d = PyDict::new(py);
+    let ok: Vec<u8> = f.ok.iter().map(|&b| b as u8).collect();
+    d.set_item("ok", column(py, &ok))?;
+    d.set_item("reasons", f.reasons)?;
+    d.set_item("ts_ns", column(py, &f.ts_ns))?;
+    d.set_item("attempts", column(py, &f.attempts))?;
+    d.set_item("msg_id", column(py, &f.msg_id))?;
+    d.set_item("trace", column(py, &f.trace))?;
+    d.set_item("ver", column(py, &f.ver))?;
+    d.set_item("ext_start", column(py, &f.ext_start))?;
+    d.set_item("ext_end", column(py, &f.ext_end))?;
+    d.set_item("body_start", column(py, &f.body_start))?;
+    Ok(d)
+}
+
+/// NSQ: the pairs of simple JSON headers `buf[starts[i]:ends[i]]`, or None (see nsq::json).
+#[pyfunction]
+fn nsq_scan_headers<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, starts: &Bound<'py, PyAny>,
+                         ends: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let (view, starts, ends) = (View::new(buf)?, I64s::new(starts)?, I64s::new(ends)?);
+    let Some(p) = py.allow_threads(|| nsq::json::scan(view.bytes(), starts.values(), ends.values())) else {
+        return Ok(None);
+    };
+    let d = PyDict::new(py);
+    d.set_item("counts", column(py, &p.counts))?;
+    d.set_item("names", p.names)?;
+    d.set_item("code", column(py, &p.code))?;
+    let is_int: Vec<u8> = p.is_int.iter().map(|&b| b as u8).collect();
+    d.set_item("is_int", column(py, &is_int))?;
+    d.set_item("texts", p.texts.into_py(py))?;
+    Ok(Some(d))
+}
+
+#[pymodule]
+fn msglake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(gather, m)?)?;
+    m.add_function(wrap_pyfunction!(nsq_frame, m)?)?;
+    m.add_function(wrap_pyfunction!(nsq_walk, m)?)?;
+    m.add_function(wrap_pyfunction!(nsq_advance, m)?)?;
+    m.add_function(wrap_pyfunction!(nsq_fields, m)?)?;
+    m.add_function(wrap_pyfunction!(nsq_scan_headers, m)?)?;
+    rocketmq::register(m)?;
+    Ok(())
+}

@@ -1,0 +1,5 @@
+//! youzan/nsq extended disk-queue segments (docs: shared/specs/nsq-ext-segment.md).
+
+pub mod fields;
+pub mod framing;
+pub mod json;
