@@ -76,14 +76,6 @@ impl Binary {
         self.offsets.push(self.data.len() as i32);
     }
 
-    pub fn len(&self) -> usize {
-        self.offsets.len().saturating_sub(1)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     pub fn into_py<'py>(self, py: Python<'py>) -> (Bound<'py, PyBytes>, Bound<'py, PyBytes>) {
         let offsets = if self.offsets.is_empty() { vec![0] } else { self.offsets };
         (column(py, &offsets), PyBytes::new(py, &self.data))

@@ -92,6 +92,64 @@ fn nsq_scan_headers<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, starts: &Boun
     Ok(Some(d))
 }
 
+/// RocketMQ: the framing walk (`formats/rocketmq_commitlog.py::walk`):
+/// (int64 positions, int64 lengths, stop, kind, why, need).
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn rmq_walk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64, hard_end: i64, phys_base: i64,
+                 file_end: i64)
+    -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, i64, &'static str, String, i64)> {
+    let view = View::new(buf)?;
+    let fr = py.allow_threads(|| rocketmq::framing::walk(view.bytes(), start, end, hard_end, phys_base, file_end));
+    Ok((column(py, &fr.positions), column(py, &fr.lengths), fr.stop, fr.kind.name(), fr.why, fr.need))
+}
+
+/// RocketMQ: why the record of TOTALSIZE `size` at `pos` cannot be one, or None.
+#[pyfunction]
+fn rmq_check_record(buf: &Bound<'_, PyAny>, pos: i64, size: i64, phys: i64) -> PyResult<Option<String>> {
+    let view = View::new(buf)?;
+    Ok(rocketmq::framing::check_record(view.bytes(), pos, size, phys))
+}
+
+/// RocketMQ: one row per message of the framed records that pass every check, as a dict
+/// of column buffers; `reasons` lists (record index, why) of the others.
+#[pyfunction]
+fn rmq_records<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, positions: &Bound<'py, PyAny>,
+                    lengths: &Bound<'py, PyAny>, verify_crc: bool) -> PyResult<Bound<'py, PyDict>> {
+    let (view, positions, lengths) = (View::new(buf)?, I64s::new(positions)?, I64s::new(lengths)?);
+    let m = py.allow_threads(|| rocketmq::records::decode(view.bytes(), positions.values(), lengths.values(), verify_crc));
+    let d = PyDict::new(py);
+    d.set_item("reasons", m.reasons)?;
+    d.set_item("outer", column(py, &m.outer))?;
+    d.set_item("pos", column(py, &m.pos))?;
+    d.set_item("flag", column(py, &m.flag))?;
+    d.set_item("crc", column(py, &m.crc))?;
+    d.set_item("length", column(py, &m.length))?;
+    d.set_item("queue_id", column(py, &m.queue_id))?;
+    d.set_item("queue_offset", column(py, &m.queue_offset))?;
+    d.set_item("physical_offset", column(py, &m.physical_offset))?;
+    d.set_item("sysflag", column(py, &m.sysflag))?;
+    d.set_item("born_ms", column(py, &m.born_ms))?;
+    d.set_item("store_ms", column(py, &m.store_ms))?;
+    d.set_item("reconsume", column(py, &m.reconsume))?;
+    d.set_item("prepared", column(py, &m.prepared))?;
+    d.set_item("topic", m.topic.into_py(py))?;
+    d.set_item("body", m.body.into_py(py))?;
+    d.set_item("born_host", m.born_host.into_py(py))?;
+    d.set_item("store_host", m.store_host.into_py(py))?;
+    d.set_item("message_id", m.message_id.into_py(py))?;
+    let p = m.props;
+    d.set_item("prop_rows", column(py, &p.rows))?;
+    d.set_item("prop_keys", p.keys.into_py(py))?;
+    d.set_item("prop_values", p.values.into_py(py))?;
+    d.set_item("prop_codes", column(py, &p.codes))?;
+    d.set_item("prop_names", p.names)?;
+    d.set_item("uniq_first", p.uniq_first.into_py(py))?;
+    let valid: Vec<u8> = p.uniq_first_valid.iter().map(|&b| b as u8).collect();
+    d.set_item("uniq_first_valid", column(py, &valid))?;
+    Ok(d)
+}
+
 #[pymodule]
 fn msglake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(gather, m)?)?;
@@ -100,6 +158,8 @@ fn msglake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(nsq_advance, m)?)?;
     m.add_function(wrap_pyfunction!(nsq_fields, m)?)?;
     m.add_function(wrap_pyfunction!(nsq_scan_headers, m)?)?;
-    rocketmq::register(m)?;
+    m.add_function(wrap_pyfunction!(rmq_walk, m)?)?;
+    m.add_function(wrap_pyfunction!(rmq_check_record, m)?)?;
+    m.add_function(wrap_pyfunction!(rmq_records, m)?)?;
     Ok(())
 }

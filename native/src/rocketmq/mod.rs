@@ -1,7 +1,8 @@
 //! Apache RocketMQ CommitLog files (docs: shared/specs/rocketmq-commitlog.md).
 
-use pyo3::prelude::*;
-
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
-    Ok(())
-}
+pub mod batch;
+pub mod framing;
+pub mod hosts;
+pub mod layout;
+pub mod properties;
+pub mod records;
