@@ -38,6 +38,7 @@ from msglake.formats import rocketmq_properties as P
 from msglake.formats.native import core as native_core
 from msglake.formats.options import Options, PositiveInt
 from msglake.formats.base import (
+    MAX_QUARANTINE_CHUNK,
     DecodeResult,
     QuarantineBuilder,
     ScanResult,
@@ -823,10 +824,15 @@ class RocketMqCommitLogCodec:
             os.close(fd)
 
     def _quarantine(self, fd: int, seg: SegmentInfo, a: int, b: int, reason: str) -> Iterator[DecodeResult]:
-        """Quarantine raw bytes ``[a, b)`` of a file, a chunk at a time."""
+        """Quarantine raw bytes ``[a, b)`` of a file, a few rows at a time.
+
+        Rows are cut every ``MAX_QUARANTINE_CHUNK`` bytes from ``a`` and reads hold whole rows,
+        so the rows are the same whatever the chunk size.
+        """
+        step = max(self.chunk_bytes // MAX_QUARANTINE_CHUNK, 1) * MAX_QUARANTINE_CHUNK
         pos = a
         while pos < b:
-            data = os.pread(fd, min(b - pos, self.chunk_bytes), pos)
+            data = os.pread(fd, min(b - pos, step), pos)
             if not data:
                 break  # the file shrank
             qb = QuarantineBuilder(SOURCE_FORMAT, seg)

@@ -577,3 +577,18 @@ def test_the_vectorised_framing_check_agrees_with_the_scalar_one():
         scalar = check_record(buf, 0, len(buf), 0)
         vector = _first_misframed(buf, np.array([0]), np.array([len(buf)]), 0)
         assert (scalar is None) == (vector is None), (trial, scalar)
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
+def test_a_property_piece_without_a_separator_is_dropped_and_the_record_kept(tmp_path, native):
+    # The broker's string2messageProperties skips such a piece (spec §3.1); so does the decoder.
+    props = b"a\x011\x02oops\x02TAGS\x01t\x02"
+    with CommitLogWriter(str(tmp_path), 64 << 10) as w:
+        raw = bytearray(w.record_bytes(Message("t", b"x")))
+        raw = raw[:-2] + struct.pack(">h", len(props)) + props  # the record had no properties
+        raw[0:4] = struct.pack(">i", len(raw))
+        w.put_raw(bytes(raw))
+    result = decode_root(RocketMqCommitLogCodec(native=native), str(tmp_path))
+    assert result.quarantined.num_rows == 0
+    [r] = rows(result)
+    assert (r["properties"], r["tags"], r["body"]) == ([("a", "1")], "t", b"x")
