@@ -73,6 +73,10 @@ mod tests {
         assert_eq!(host(&raw), "[2408:4004:180:8100:3faa:1dde:2b3f:898a]:10911");
         let one_zero: Vec<u8> = [0u8, 1, 0, 0, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6, 0, 7].iter().copied().chain([0, 0, 0, 0]).collect();
         assert_eq!(host(&one_zero), "[1:0:2:3:4:5:6:7]:0");
+        // Python 3.11's ipaddress writes an IPv4-mapped address in hex groups, and so do we.
+        let mapped: Vec<u8> = [0u8; 10].iter().copied().chain([0xff, 0xff, 1, 2, 3, 4, 0, 0, 0, 7]).collect();
+        assert_eq!(host(&mapped), "[::ffff:102:304]:7");
+        assert_eq!(host(&[0u8; 20]), "[::]:0");
     }
 
     #[test]
