@@ -6,11 +6,14 @@ the same byte accounting, the same scan, split points and advance steps.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 import shutil
 import struct
+import sys
 import tempfile
+import warnings
 
 import pyarrow as pa
 import pytest
@@ -24,7 +27,8 @@ from msglake.samples import nsq as nsq_samples, rocketmq as rocketmq_samples
 from msglake.samples.nsq_writer import NsqQueueWriter
 from msglake.samples.rocketmq_writer import CommitLogWriter, Inner, Message
 
-pytest.importorskip("msglake_native", reason="the native core is not built (make setup, or pip install ./native)")
+needs_native = pytest.mark.skipif(importlib.util.find_spec("msglake_native") is None,
+                                  reason="the native core is not built (make setup, or pip install ./native)")
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data")
 TS = 1_793_500_000_123_456_789
@@ -50,6 +54,18 @@ def assert_same(codec_cls, root: str, **kw) -> pa.Table:
     return a.table
 
 
+def test_without_the_extension_the_python_path_is_used_with_one_warning(monkeypatch):
+    monkeypatch.setitem(sys.modules, "msglake_native", None)  # import fails as if not installed
+    monkeypatch.setattr(N, "_warned", False)
+    monkeypatch.delenv(N.ENV, raising=False)
+    with pytest.warns(RuntimeWarning, match="pip install ./native"):
+        assert NsqExtCodec()._core is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert RocketMqCommitLogCodec()._core is None  # warned once only
+
+
+@needs_native
 def test_the_switch_forces_the_python_path(monkeypatch):
     monkeypatch.setenv(N.ENV, "0")
     assert N.core() is None and NsqExtCodec()._core is None and RocketMqCommitLogCodec()._core is None
@@ -61,6 +77,7 @@ def test_the_switch_forces_the_python_path(monkeypatch):
 # --------------------------------------------------------------------------- NSQ
 
 
+@needs_native
 @pytest.mark.parametrize("seed", [7, 8])
 def test_nsq_sample_data_path_with_every_corruption_kind(tmp_path, seed):
     nsq_samples.generate(str(tmp_path), 1500, seed=seed, max_bytes_per_file=64 << 10)
@@ -69,6 +86,7 @@ def test_nsq_sample_data_path_with_every_corruption_kind(tmp_path, seed):
     assert_same(NsqExtCodec, str(tmp_path), chunk_bytes=3000)
 
 
+@needs_native
 def test_nsq_live_data_path(tmp_path):
     nsq_samples.write_live(str(tmp_path), 400, pause=0)
     assert_same(NsqExtCodec, str(tmp_path))
@@ -104,6 +122,7 @@ def _nsq_segment(root: str, records, flips: list[tuple[int, int]], cut: int) -> 
         f.write(data[: len(data) - cut % 7])
 
 
+@needs_native
 @FAST
 @given(records=_nsq_records, flips=st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), max_size=3),
        cut=st.integers(0, 100), chunk=st.sampled_from([64, 257, 4096, 8 << 20]))
@@ -116,6 +135,7 @@ def test_nsq_generated_segments_with_corruption(records, flips, cut, chunk):
 # --------------------------------------------------------------------------- RocketMQ
 
 
+@needs_native
 @pytest.mark.parametrize("folder", ["rocketmq", "rocketmq-batch"])
 def test_real_broker_files(tmp_path, folder):
     os.makedirs(tmp_path / "commitlog")
@@ -126,6 +146,7 @@ def test_real_broker_files(tmp_path, folder):
     assert table.num_rows >= 2
 
 
+@needs_native
 @pytest.mark.parametrize("seed", [7, 9])
 def test_rocketmq_sample_store_with_every_corruption_kind(tmp_path, seed):
     rocketmq_samples.generate(str(tmp_path), 1200, seed=seed, file_size=96 << 10)
@@ -134,6 +155,7 @@ def test_rocketmq_sample_store_with_every_corruption_kind(tmp_path, seed):
     assert_same(RocketMqCommitLogCodec, str(tmp_path), chunk_bytes=5000, verifyCrc=False, decompress=True)
 
 
+@needs_native
 def test_rocketmq_sparse_live_file(tmp_path):
     src = str(tmp_path / "src")
     with CommitLogWriter(src, 1 << 20) as w:
@@ -175,6 +197,7 @@ def _rocketmq_messages(draw):
     return out
 
 
+@needs_native
 @FAST
 @given(messages=_rocketmq_messages(), flips=st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), max_size=3),
        chunk=st.sampled_from([300, 2048, 8 << 20]), crc=st.booleans(), decompress=st.booleans())
@@ -192,6 +215,7 @@ def test_rocketmq_generated_stores_with_corruption(messages, flips, chunk, crc, 
         assert_same(RocketMqCommitLogCodec, root, chunk_bytes=chunk, verifyCrc=crc, decompress=decompress)
 
 
+@needs_native
 def test_random_bytes_give_the_same_rows(tmp_path):
     rng = random.Random(5)
     with CommitLogWriter(str(tmp_path), 64 << 10) as w:
