@@ -56,6 +56,7 @@ test-fast: setup
 
 bench: setup
 	$(BIN)/python benchmarks/suite.py
+	$(BIN)/python benchmarks/bench_decode.py
 	$(BIN)/python benchmarks/bench_ingest.py --format nsq-ext
 	$(BIN)/python benchmarks/bench_ingest.py --format rocketmq-commitlog
 	$(BIN)/python benchmarks/bench_stream.py
