@@ -3,10 +3,12 @@
 //! Inputs are any C-contiguous buffer (bytes, mmap, a NumPy array) read in place. Outputs are
 //! `bytes` objects that Python wraps with `np.frombuffer` / `pa.py_buffer` without a copy.
 
+use std::ffi::{c_int, c_void};
+
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::{ffi, types::PyBytes};
 
 /// A read-only view of a Python buffer, held for the duration of one call.
 pub struct View {
@@ -57,6 +59,40 @@ pub fn column<'py, T: Copy>(py: Python<'py>, values: &[T]) -> Bound<'py, PyBytes
     PyBytes::new(py, raw)
 }
 
+/// Bytes made here, lent to Python through the buffer protocol: `pa.py_buffer` and
+/// `np.frombuffer` wrap them where they lie, so a large buffer (bodies) is never copied again.
+#[pyclass(frozen, module = "msglake_native")]
+pub struct Buffer {
+    data: Vec<u8>,
+}
+
+#[pymethods]
+impl Buffer {
+    /// # Safety
+    /// Called by Python with a valid `view`; the data lives as long as this object, which
+    /// the view holds a reference to (`PyBuffer_FillInfo` takes it), and is never resized.
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        let data = &slf.get().data;
+        let rc = ffi::PyBuffer_FillInfo(view, slf.as_ptr(), data.as_ptr() as *mut c_void, data.len() as ffi::Py_ssize_t,
+                                        1, flags);
+        if rc == -1 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+
+    fn __len__(&self) -> usize {
+        self.data.len()
+    }
+}
+
+/// `data` handed to Python without a copy.
+pub fn lend(py: Python<'_>, data: Vec<u8>) -> PyResult<Bound<'_, Buffer>> {
+    Bound::new(py, Buffer { data })
+}
+
 /// Variable-length values (binary or UTF-8) as Arrow's int32 offsets and one data buffer.
 #[derive(Default, Debug)]
 pub struct Binary {
@@ -76,9 +112,10 @@ impl Binary {
         self.offsets.push(self.data.len() as i32);
     }
 
-    pub fn into_py<'py>(self, py: Python<'py>) -> (Bound<'py, PyBytes>, Bound<'py, PyBytes>) {
+    /// (int32 offsets, data) for Python; the data is lent, not copied.
+    pub fn into_py(self, py: Python<'_>) -> PyResult<(Bound<'_, PyBytes>, Bound<'_, Buffer>)> {
         let offsets = if self.offsets.is_empty() { vec![0] } else { self.offsets };
-        (column(py, &offsets), PyBytes::new(py, &self.data))
+        Ok((column(py, &offsets), lend(py, self.data)?))
     }
 }
 

@@ -7,6 +7,7 @@
 //! int32 offsets + data) that Python wraps without a copy.
 
 mod buffers;
+mod hash;
 mod nsq;
 mod read;
 mod rocketmq;
@@ -19,10 +20,10 @@ use buffers::{column, gather as gather_slices, I64s, View};
 /// `buf[starts[i]:ends[i]]` concatenated: (int32 offsets, data), for an Arrow binary array.
 #[pyfunction]
 fn gather<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, starts: &Bound<'py, PyAny>, ends: &Bound<'py, PyAny>)
-    -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    -> PyResult<(Bound<'py, PyBytes>, Bound<'py, buffers::Buffer>)> {
     let (buf, starts, ends) = (View::new(buf)?, I64s::new(starts)?, I64s::new(ends)?);
     let out = py.allow_threads(|| gather_slices(buf.bytes(), starts.values(), ends.values()));
-    Ok(out.into_py(py))
+    out.into_py(py)
 }
 
 /// NSQ: the records of `buf[start:end]`: (int64 positions, stop, kind, bad length prefix).
@@ -88,7 +89,7 @@ fn nsq_scan_headers<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, starts: &Boun
     d.set_item("code", column(py, &p.code))?;
     let is_int: Vec<u8> = p.is_int.iter().map(|&b| b as u8).collect();
     d.set_item("is_int", column(py, &is_int))?;
-    d.set_item("texts", p.texts.into_py(py))?;
+    d.set_item("texts", p.texts.into_py(py)?)?;
     Ok(Some(d))
 }
 
@@ -133,18 +134,18 @@ fn rmq_records<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, positions: &Bound<
     d.set_item("store_ms", column(py, &m.store_ms))?;
     d.set_item("reconsume", column(py, &m.reconsume))?;
     d.set_item("prepared", column(py, &m.prepared))?;
-    d.set_item("topic", m.topic.into_py(py))?;
-    d.set_item("body", m.body.into_py(py))?;
-    d.set_item("born_host", m.born_host.into_py(py))?;
-    d.set_item("store_host", m.store_host.into_py(py))?;
-    d.set_item("message_id", m.message_id.into_py(py))?;
+    d.set_item("topic", m.topic.into_py(py)?)?;
+    d.set_item("body", m.body.into_py(py)?)?;
+    d.set_item("born_host", m.born_host.out.into_py(py)?)?;
+    d.set_item("store_host", m.store_host.out.into_py(py)?)?;
+    d.set_item("message_id", m.message_id.into_py(py)?)?;
     let p = m.props;
     d.set_item("prop_rows", column(py, &p.rows))?;
-    d.set_item("prop_keys", p.keys.into_py(py))?;
-    d.set_item("prop_values", p.values.into_py(py))?;
+    d.set_item("prop_keys", p.keys.into_py(py)?)?;
+    d.set_item("prop_values", p.values.into_py(py)?)?;
     d.set_item("prop_codes", column(py, &p.codes))?;
     d.set_item("prop_names", p.names)?;
-    d.set_item("uniq_first", p.uniq_first.into_py(py))?;
+    d.set_item("uniq_first", p.uniq_first.into_py(py)?)?;
     let valid: Vec<u8> = p.uniq_first_valid.iter().map(|&b| b as u8).collect();
     d.set_item("uniq_first_valid", column(py, &valid))?;
     Ok(d)
@@ -152,6 +153,7 @@ fn rmq_records<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, positions: &Bound<
 
 #[pymodule]
 fn msglake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<buffers::Buffer>()?;
     m.add_function(wrap_pyfunction!(gather, m)?)?;
     m.add_function(wrap_pyfunction!(nsq_frame, m)?)?;
     m.add_function(wrap_pyfunction!(nsq_walk, m)?)?;

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 
 use crate::buffers::Binary;
+use crate::hash::FnvBuild;
 
 /// Longest integer read here (an int64 holds any 18-digit number).
 pub const MAX_DIGITS: usize = 18;
@@ -68,10 +69,12 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// The pairs of one header, or None unless it is simple.
-fn header(b: &[u8]) -> Option<Vec<(&[u8], bool, &[u8])>> {
+type Pair<'a> = (&'a [u8], bool, &'a [u8]);
+
+/// The pairs of one header into `pairs` (cleared first), or None unless it is simple.
+fn header<'a>(b: &'a [u8], pairs: &mut Vec<Pair<'a>>) -> Option<()> {
     let mut c = Cursor { b, i: 0 };
-    let mut pairs = Vec::new();
+    pairs.clear();
     c.eat(b'{')?;
     if c.eat(b'}').is_none() {
         loop {
@@ -91,7 +94,7 @@ fn header(b: &[u8]) -> Option<Vec<(&[u8], bool, &[u8])>> {
             }
         }
     }
-    (c.i == b.len()).then_some(pairs)
+    (c.i == b.len()).then_some(())
 }
 
 /// The pairs of the headers `buf[starts[i]..ends[i]]`, or None unless every one is simple.
@@ -101,11 +104,12 @@ pub fn scan(buf: &[u8], starts: &[i64], ends: &[i64]) -> Option<Pairs> {
     }
     let mut out = Pairs::default();
     out.texts = Binary::with_capacity(starts.len() * 4, 0);
-    let mut codes: HashMap<&[u8], i64> = HashMap::new();
+    let mut codes: HashMap<&[u8], i64, FnvBuild> = HashMap::default();
+    let mut pairs = Vec::new();
     for (&a, &e) in starts.iter().zip(ends) {
-        let pairs = header(&buf[a as usize..e as usize])?;
+        header(&buf[a as usize..e as usize], &mut pairs)?;
         out.counts.push(pairs.len() as i64);
-        for (key, is_int, value) in pairs {
+        for &(key, is_int, value) in pairs.iter() {
             let next = codes.len() as i64;
             let code = *codes.entry(key).or_insert_with(|| {
                 out.names.push(String::from_utf8_lossy(key).into_owned()); // ASCII: lossless

@@ -7,12 +7,34 @@ pub fn format_host(raw: &[u8], out: &mut String) {
     let n = raw.len() - 4;
     let port = i32::from_be_bytes(raw[n..].try_into().unwrap());
     if n == 4 {
-        let _ = write!(out, "{}.{}.{}.{}:{port}", raw[0], raw[1], raw[2], raw[3]);
+        for (k, &b) in raw[..4].iter().enumerate() {
+            decimal(b as i64, out);
+            out.push(if k == 3 { ':' } else { '.' });
+        }
+        decimal(port as i64, out);
         return;
     }
     out.push('[');
     ipv6(&raw[..16], out);
     let _ = write!(out, "]:{port}");
+}
+
+/// A number in decimal, without the formatting machinery (hosts are formatted per record).
+fn decimal(v: i64, out: &mut String) {
+    if v < 0 {
+        out.push('-');
+    }
+    let mut digits = [0u8; 20];
+    let (mut n, mut at) = (v.unsigned_abs(), digits.len());
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend(digits[at..].iter().map(|&d| d as char));
 }
 
 /// An IPv6 address as Python's `ipaddress` writes it: lower-case groups, the longest run
@@ -64,6 +86,8 @@ mod tests {
     #[test]
     fn ipv4_and_ipv6_hosts() {
         assert_eq!(host(&[127, 0, 0, 1, 0, 0, 0x2a, 0x9f]), "127.0.0.1:10911");
+        assert_eq!(host(&[255, 10, 0, 99, 0x80, 0, 0, 0]), "255.10.0.99:-2147483648"); // the port is an int32
+        assert_eq!(host(&[0, 0, 0, 0, 0, 0, 0, 0]), "0.0.0.0:0");
         let mut v6 = vec![0u8; 16];
         v6[15] = 1;
         v6.extend_from_slice(&10911i32.to_be_bytes());

@@ -8,9 +8,17 @@
 const CRC32_KEY: &[u8] = b"__CRC32#";
 const FIRST_OF: &[u8] = b"UNIQ_KEY";
 
-/// The kept (name, value) entries of one property string, in order.
+/// The kept (name, value) entries of one property string, in order, and its first UNIQ_KEY.
+#[cfg(test)]
 pub fn parse(text: &[u8]) -> (Vec<(&[u8], &[u8])>, Option<&[u8]>) {
-    let mut kept: Vec<(&[u8], &[u8])> = Vec::new();
+    let mut kept = Vec::new();
+    let first = parse_into(text, &mut kept);
+    (kept, first)
+}
+
+/// [`parse`] into `kept` (cleared first), so one vector serves every record of a chunk.
+pub fn parse_into<'a>(text: &'a [u8], kept: &mut Vec<(&'a [u8], &'a [u8])>) -> Option<&'a [u8]> {
+    kept.clear();
     let mut first = None;
     for piece in text.split(|&b| b == 0x02) {
         let Some(sep) = piece.iter().position(|&b| b == 0x01) else {
@@ -27,7 +35,7 @@ pub fn parse(text: &[u8]) -> (Vec<(&[u8], &[u8])>, Option<&[u8]>) {
         kept.retain(|(k, _)| *k != name);
         kept.push((name, value));
     }
-    (kept, first)
+    first
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use super::layout::{body_length_at, host_width, BORNHOST_V6_FLAG, BORN_HOST_AT, 
                     NEED_UNWRAP_FLAG, STOREHOST_V6_FLAG};
 use super::properties;
 use crate::buffers::Binary;
+use crate::hash::FnvBuild;
 use crate::read::{be_i16, be_i32, be_i64};
 
 /// Epoch milliseconds a Spark TIMESTAMP holds (years 1..9999).
@@ -88,6 +89,28 @@ fn span((a, b): (usize, usize)) -> (i64, i64) {
     (a as i64, b as i64)
 }
 
+type Names<'a> = HashMap<&'a [u8], i64, FnvBuild>;
+
+/// A host column: most records of a chunk share a few hosts, so the last one is reused.
+#[derive(Default)]
+pub struct Hosts {
+    pub out: Binary,
+    last: Vec<u8>,
+    text: String,
+}
+
+impl Hosts {
+    fn push(&mut self, raw: &[u8]) {
+        if raw != self.last.as_slice() || self.out.offsets.len() < 2 {
+            self.text.clear();
+            format_host(raw, &mut self.text);
+            self.last.clear();
+            self.last.extend_from_slice(raw);
+        }
+        self.out.push(self.text.as_bytes());
+    }
+}
+
 /// Parsed properties of every row: kept entries, their names' codes, the first UNIQ_KEY.
 #[derive(Default)]
 pub struct Props {
@@ -119,8 +142,8 @@ pub struct Messages {
     pub prepared: Vec<i64>,
     pub topic: Binary,
     pub body: Binary,
-    pub born_host: Binary,
-    pub store_host: Binary,
+    pub born_host: Hosts,
+    pub store_host: Hosts,
     pub message_id: Binary,
     pub props: Props,
 }
@@ -128,15 +151,15 @@ pub struct Messages {
 impl Messages {
     fn new() -> Self {
         let mut m = Messages::default();
-        for b in [&mut m.topic, &mut m.body, &mut m.born_host, &mut m.store_host, &mut m.message_id,
+        for b in [&mut m.topic, &mut m.body, &mut m.born_host.out, &mut m.store_host.out, &mut m.message_id,
                   &mut m.props.keys, &mut m.props.values, &mut m.props.uniq_first] {
             *b = Binary::with_capacity(0, 0);
         }
         m
     }
 
-    fn push(&mut self, buf: &[u8], i: usize, r: &Record, index: i64, mini: &Mini, names: &mut HashMap<Vec<u8>, i64>,
-            text: &mut String) {
+    fn push<'a>(&mut self, buf: &'a [u8], i: usize, r: &Record, index: i64, mini: &Mini, names: &mut Names<'a>,
+                kept: &mut Vec<(&'a [u8], &'a [u8])>) {
         let p = r.p;
         let row = self.outer.len() as i64;
         self.outer.push(i as i64);
@@ -154,31 +177,24 @@ impl Messages {
         self.prepared.push(be_i64(buf, r.recon_at + 4));
         self.topic.push(&buf[r.topic.0..r.topic.1]);
         self.body.push(&buf[mini.body.0 as usize..mini.body.1 as usize]);
-        text.clear();
-        format_host(&buf[p + BORN_HOST_AT..r.store_ts_at], text);
-        self.born_host.push(text.as_bytes());
-        text.clear();
-        format_host(&buf[r.store_at..r.recon_at], text);
-        self.store_host.push(text.as_bytes());
+        self.born_host.push(&buf[p + BORN_HOST_AT..r.store_ts_at]);
+        self.store_host.push(&buf[r.store_at..r.recon_at]);
         self.message_id.data.reserve(2 * (r.recon_at - r.store_at + 8));
         message_id(&buf[r.store_at..r.recon_at], &buf[p + 28..p + 36], &mut self.message_id.data);
         self.message_id.offsets.push(self.message_id.data.len() as i32);
-        self.add_properties(&buf[mini.props.0 as usize..mini.props.1 as usize], row, names);
+        self.add_properties(&buf[mini.props.0 as usize..mini.props.1 as usize], row, names, kept);
     }
 
-    fn add_properties(&mut self, text: &[u8], row: i64, names: &mut HashMap<Vec<u8>, i64>) {
-        let (kept, first) = properties::parse(text);
+    fn add_properties<'a>(&mut self, text: &'a [u8], row: i64, names: &mut Names<'a>,
+                          kept: &mut Vec<(&'a [u8], &'a [u8])>) {
+        let first = properties::parse_into(text, kept);
         let pr = &mut self.props;
-        for (k, v) in kept {
-            let code = match names.get(k) {
-                Some(&c) => c,
-                None => {
-                    let c = names.len() as i64;
-                    names.insert(k.to_vec(), c);
-                    pr.names.push(String::from_utf8_lossy(k).into_owned()); // checked UTF-8 above
-                    c
-                }
-            };
+        for &(k, v) in kept.iter() {
+            let next = names.len() as i64;
+            let code = *names.entry(k).or_insert_with(|| {
+                pr.names.push(String::from_utf8_lossy(k).into_owned()); // checked UTF-8 above
+                next
+            });
             pr.rows.push(row);
             pr.keys.push(k);
             pr.values.push(v);
@@ -192,15 +208,18 @@ impl Messages {
 /// Decode the records at `positions` (TOTALSIZE `lengths`), already checked by the framing walk.
 pub fn decode(buf: &[u8], positions: &[i64], lengths: &[i64], verify_crc: bool) -> Messages {
     let mut out = Messages::new();
-    let mut names = HashMap::new();
-    let mut text = String::new();
+    // Bodies are most of the bytes: room for all of them at once, so growing never copies
+    // them (pages are only touched as they are written).
+    out.body.data.reserve(lengths.iter().sum::<i64>().max(0) as usize);
+    let mut names = Names::default();
+    let mut kept = Vec::new();
     for (i, (&p, &size)) in positions.iter().zip(lengths).enumerate() {
         let r = Record::at(buf, p, size);
         match r.check(buf, verify_crc) {
             Err(why) => out.reasons.push((i, why)),
             Ok(messages) => {
                 for (index, mini) in messages.iter().enumerate() {
-                    out.push(buf, i, &r, index as i64, mini, &mut names, &mut text);
+                    out.push(buf, i, &r, index as i64, mini, &mut names, &mut kept);
                 }
             }
         }
@@ -219,8 +238,8 @@ mod tests {
         let m = decode(&rec, &[0], &[rec.len() as i64], true);
         assert!(m.reasons.is_empty());
         assert_eq!(m.topic.data, b"abc");
-        assert_eq!(m.born_host.data, b"127.0.0.1:0");
-        assert_eq!(m.store_host.data, b"192.168.71.1:8123");
+        assert_eq!(m.born_host.out.data, b"127.0.0.1:0");
+        assert_eq!(m.store_host.out.data, b"192.168.71.1:8123");
         assert_eq!(m.crc, vec![151131488]);
         assert_eq!(m.props.names, vec!["UNIQ_KEY", "TAGS"]);
         assert_eq!((m.props.uniq_first.data.as_slice(), m.props.uniq_first_valid.as_slice()), (&b"u1"[..], &[true][..]));
