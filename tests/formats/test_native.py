@@ -93,14 +93,15 @@ def test_nsq_live_data_path(tmp_path):
 
 
 _values = st.one_of(st.text(max_size=8), st.integers(-(1 << 62), 1 << 62), st.booleans(), st.none(),
-                    st.floats(allow_nan=False), st.lists(st.integers(), max_size=2))
+                    st.floats(allow_nan=False), st.lists(st.integers(-(1 << 63), (1 << 64) - 1), max_size=2))
 _headers = st.one_of(
     st.dictionaries(st.sampled_from(["##trace_id", "##client_dispatch_tag", "priority", "keys", "app", "nsq.client.compress",
                                      "bornTimestamp", "messageKey", "x-y"]), _values, max_size=5),
     st.dictionaries(st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=6),
                     st.one_of(st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=6),
                               st.integers(-(10**18) + 1, 10**18 - 1)), max_size=4),
-    st.sampled_from([b"{}", b"not json", b"[1]", b'{"a":1,"a":2}', b'{"##trace_id":"12x"}', b'{"a" : "b"}']),
+    st.sampled_from([b"{}", b"not json", b"[1]", b'{"a":1,"a":2}', b'{"##trace_id":"12x"}', b'{"a" : "b"}',
+                     b'{"priority":123456789012345678901234}', b'{"a":"\\u00e9","b":-0}']),
 )
 _nsq_records = st.lists(st.tuples(st.binary(max_size=60), st.one_of(st.none(), _headers, st.sampled_from(["tag", ""]))),
                         min_size=1, max_size=25)
