@@ -476,9 +476,12 @@ def _python_messages(buf: np.ndarray, p: np.ndarray, tot: np.ndarray, verify_crc
     )
 
 
-def _native_messages(core, buf: np.ndarray, p: np.ndarray, tot: np.ndarray, verify_crc: bool) -> _Messages:
-    """:func:`_python_messages` by the native core: one pass over the records, columns handed over as buffers."""
-    d = core.rmq_records(buf, p, tot, verify_crc)
+def _native_messages(core, buf: np.ndarray, p: np.ndarray, tot: np.ndarray, verify_crc: bool,
+                     delay_levels: np.ndarray) -> _Messages:
+    """:func:`_python_messages` by the native core: one pass over the records, columns handed over as
+    buffers; with the columns of ``RocketMqCommitLogCodec._property_columns`` too."""
+    d = core.rmq_records(buf, p, tot, verify_crc, delay_levels.tolist(), sorted(L.RESERVED_KEYS),
+                         sorted(L.SYSTEM_TOPICS), L.SYSTEM_TOPIC_PREFIX)
     r = _Reasons(len(p))
     for i, why in d["reasons"]:
         r.reason[i] = why
@@ -486,8 +489,9 @@ def _native_messages(core, buf: np.ndarray, p: np.ndarray, tot: np.ndarray, veri
     col = {k: np.frombuffer(d[k], t) for k, t in _NATIVE_COLUMNS.items()}
     m = len(col["outer"])
     valid = np.frombuffer(d["uniq_first_valid"], np.bool_)
+    keys, values = _strings(d["prop_keys"]), _strings(d["prop_values"])
     props = P.Properties(
-        m, col["prop_rows"], _strings(d["prop_keys"]), _strings(d["prop_values"]), col["prop_codes"], {k: i for i, k in enumerate(d["prop_names"])},
+        m, col["prop_rows"], keys, values, col["prop_codes"], {k: i for i, k in enumerate(d["prop_names"])},
         firsts={"UNIQ_KEY": _strings(d["uniq_first"], valid)} if valid.any() else {},
     )
     return _Messages(
@@ -496,7 +500,41 @@ def _native_messages(core, buf: np.ndarray, p: np.ndarray, tot: np.ndarray, veri
         physical_offset=col["physical_offset"], sysflag=col["sysflag"].astype(np.int64), born_ms=col["born_ms"],
         store_ms=col["store_ms"], reconsume=col["reconsume"], prepared=col["prepared"],
         born_host=_strings(d["born_host"]), store_host=_strings(d["store_host"]), message_id=_strings(d["message_id"]),
+        derived=_native_derived(d, keys, values),
     )
+
+
+def _native_derived(d: dict, keys: pa.Array, values: pa.Array) -> dict[str, pa.Array]:
+    """The native core's property columns as Arrow arrays (no copies of their buffers)."""
+    def text(name: str) -> pa.Array:
+        off, data, valid = d[name]
+        valid = np.frombuffer(valid, np.bool_)
+        return _strings((off, data), None if valid.all() else valid)
+
+    def optional(name: str, typ: pa.DataType = pa.int64()) -> pa.Array:
+        values, valid = d[name]
+        return pa.array(np.frombuffer(values, np.int64), mask=~np.frombuffer(valid, np.bool_)).cast(typ)
+
+    k_off, k_valid, k_data_off, k_data = d["keys"]
+    list_offsets = pa.array(np.frombuffer(k_off, np.int32), mask=np.append(~np.frombuffer(k_valid, np.bool_), False))
+    return {
+        "uniqueId": text("uniq"),
+        "delayTime": optional("delay_ms"),
+        "startDeliverTime": optional("deliver_us", TS),
+        "expireTime": optional("expire_us", TS),
+        "traceId": text("trace"),
+        "transactionId": text("transaction_id"),
+        "correlationId": text("correlation"),
+        "messageKey": text("sharding"),
+        "tags": text("tags"),
+        "keys": pa.ListArray.from_arrays(list_offsets, _strings((k_data_off, k_data))),
+        "messageType": text("message_type"),
+        "systemCopy": pa.array(np.frombuffer(d["system_copy"], np.bool_)),
+        "transactionState": text("transaction_state"),
+        "properties": pa.MapArray.from_arrays(pa.array(np.frombuffer(d["user_offsets"], np.int32)),
+                                              _strings(d["user_keys"]), _strings(d["user_values"])),
+        "headers": pa.MapArray.from_arrays(pa.array(np.frombuffer(d["header_offsets"], np.int32)), keys, values),
+    }
 
 
 _NATIVE_COLUMNS = {
@@ -539,6 +577,8 @@ class _Messages:
     born_host: pa.Array
     store_host: pa.Array
     message_id: pa.Array
+    #: Columns already made from the properties (native core); None: made by ``_property_columns``.
+    derived: dict[str, pa.Array] | None = None
 
 
 def _delay_table(v: str) -> str:
@@ -853,13 +893,10 @@ class RocketMqCommitLogCodec:
                 qb.add(base + a, buf[a : a + ln].tobytes(), seg.problem)
             return None, 0
         if self._core is not None:
-            msg = _native_messages(self._core, buf, p, tot, self.verify_crc)
+            msg = _native_messages(self._core, buf, p, tot, self.verify_crc, self.delay_levels)
         else:
             msg = _python_messages(buf, p, tot, self.verify_crc, self._message_rows)
         r, o, props, m = msg.r, msg.o, msg.props, len(msg.o)
-        topics = msg.topic.dictionary_encode()
-        codes = topics.indices.to_numpy(zero_copy_only=False)
-        names = topics.dictionary.to_pylist()
         msf = msg.sysflag
         compressed = (msf & L.COMPRESSED_FLAG) != 0
         codec_names = np.array([L.COMPRESSION_TYPES.get(t, f"unknown({t})") for t in range(8)], dtype=object)
@@ -886,6 +923,42 @@ class RocketMqCommitLogCodec:
         if not keep.any():
             return None, 0
 
+        derived = msg.derived if msg.derived is not None else self._property_columns(msg)
+        columns = {
+            "topic": msg.topic,
+            "partition": pa.array(msg.queue_id.astype(np.int32)),
+            "sourceFormat": constant(SOURCE_FORMAT, m),
+            "segment": constant(seg.segment, m),
+            "segmentPosition": pa.array(base + msg.pos),
+            "queueOffset": pa.array(msg.queue_offset),
+            "physicalOffset": pa.array(msg.physical_offset),
+            "messageId": msg.message_id,
+            "producerUniqueId": props.first("UNIQ_KEY"),
+            "bornTimestamp": _timestamps(msg.born_ms),
+            "bornHost": msg.born_host,
+            "storeTimestamp": _timestamps(msg.store_ms),
+            "storeHost": msg.store_host,
+            "priority": pa.array(np.full(m, DEFAULT_PRIORITY, np.int32)),
+            "durability": pa.array(np.zeros(m, np.int32)),
+            "compression": compression,
+            "deliveryCount": pa.array(msg.reconsume.astype(np.int32)),
+            "flag": pa.array(msg.flag.astype(np.int32)),
+            "sysFlag": pa.array(msf.astype(np.int32)),
+            "bodyCrc": pa.array(msg.crc.astype(np.int32)),
+            "preparedTransactionOffset": pa.array(msg.prepared),
+            "body": body,
+            "bodySize": pa.array(body_size),
+            "recordLength": pa.array(msg.length),
+            **derived,
+        }
+        batch = source_batch(columns, m)
+        if not keep.all():
+            batch = batch.filter(pa.array(keep))
+        return batch, int(msg.length[keep].sum())
+
+    def _property_columns(self, msg: _Messages) -> dict[str, pa.Array]:
+        """Columns from the properties, SYSFLAG, BORNTIMESTAMP and topic of each row (Arrow kernels)."""
+        props, msf = msg.props, msg.sysflag
         get = props.get
         headers, user = props.maps()
         delay_level = _int_values(get("DELAY"))
@@ -896,7 +969,6 @@ class RocketMqCommitLogCodec:
         timer_sec = pc.multiply(_int_values(get("TIMER_DELAY_SEC"), 12), 1000)
         has_delay_level = pc.is_valid(get("DELAY"))
         deliver_ms = pc.if_else(has_delay_level, pa.scalar(None, pa.int64()), _int_values(get("TIMER_DELIVER_MS")))
-        born_ms = msg.born_ms
         ttl = _int_values(get("TTL"))
         ttl = pc.if_else(pc.greater(ttl, 0), ttl, pa.scalar(None, pa.int64()))
         tran = pc.equal(get("TRAN_MSG"), "true")
@@ -907,59 +979,28 @@ class RocketMqCommitLogCodec:
             "TRANSACTION", "DELAY", "FIFO", "NORMAL",
         )
         txn_bits = msf & L.TRANSACTION_MASK
-        transaction_state = pa.array(np.array([None, "PREPARED", "COMMIT", "ROLLBACK"], dtype=object)[txn_bits >> 2],
-                                     pa.string())
         uniq = get("UNIQ_KEY")
-        transaction_id = pc.coalesce(
-            get("__transactionId__"),
-            pc.if_else(pc.or_(pc.fill_null(tran, False), pa.array(txn_bits != 0)), uniq, pa.scalar(None, pa.string())),
-        )
-        is_system = np.array([L.is_system_topic(t) for t in names], np.bool_)
-        columns = {
-            "topic": msg.topic,
-            "partition": pa.array(msg.queue_id.astype(np.int32)),
-            "sourceFormat": constant(SOURCE_FORMAT, m),
-            "segment": constant(seg.segment, m),
-            "segmentPosition": pa.array(base + msg.pos),
-            "queueOffset": pa.array(msg.queue_offset),
-            "physicalOffset": pa.array(msg.physical_offset),
-            "messageId": msg.message_id,
+        topics = msg.topic.dictionary_encode()
+        is_system = np.array([L.is_system_topic(t) for t in topics.dictionary.to_pylist()], np.bool_)
+        return {
             "uniqueId": uniq,
-            "producerUniqueId": props.first("UNIQ_KEY"),
-            "bornTimestamp": _timestamps(born_ms),
-            "bornHost": msg.born_host,
-            "storeTimestamp": _timestamps(msg.store_ms),
-            "storeHost": msg.store_host,
-            "priority": pa.array(np.full(m, DEFAULT_PRIORITY, np.int32)),
-            "durability": pa.array(np.zeros(m, np.int32)),
             "delayTime": pc.coalesce(level_ms, timer_ms, timer_sec),
             "startDeliverTime": _timestamps(deliver_ms),
-            "expireTime": _timestamps(pc.add(pa.array(born_ms), ttl)),
+            "expireTime": _timestamps(pc.add(pa.array(msg.born_ms), ttl)),
             "traceId": get("TRACE_CONTEXT"),
-            "compression": compression,
-            "transactionId": transaction_id,
-            "deliveryCount": pa.array(msg.reconsume.astype(np.int32)),
+            "transactionId": pc.coalesce(get("__transactionId__"), pc.if_else(
+                pc.or_(pc.fill_null(tran, False), pa.array(txn_bits != 0)), uniq, pa.scalar(None, pa.string()))),
             "correlationId": get("CORRELATION_ID"),
             "messageKey": get("__SHARDINGKEY"),
             "tags": get("TAGS"),
             "keys": _split_keys(get("KEYS")),
             "messageType": message_type,
-            "flag": pa.array(msg.flag.astype(np.int32)),
-            "sysFlag": pa.array(msf.astype(np.int32)),
-            "bodyCrc": pa.array(msg.crc.astype(np.int32)),
-            "systemCopy": pa.array(is_system[codes]),
-            "transactionState": transaction_state,
-            "preparedTransactionOffset": pa.array(msg.prepared),
+            "systemCopy": pa.array(is_system[topics.indices.to_numpy(zero_copy_only=False)]),
+            "transactionState": pa.array(
+                np.array([None, "PREPARED", "COMMIT", "ROLLBACK"], dtype=object)[txn_bits >> 2], pa.string()),
             "properties": user,
             "headers": headers,
-            "body": body,
-            "bodySize": pa.array(body_size),
-            "recordLength": pa.array(msg.length),
         }
-        batch = source_batch(columns, m)
-        if not keep.all():
-            batch = batch.filter(pa.array(keep))
-        return batch, int(msg.length[keep].sum())
 
     def _message_rows(self, buf, p, tot, sysflag, body_at, blen, pl_at, plen, crc, r: _Reasons) -> _Rows:
         """One row per message of the good records; inner batches unwrapped into their messages."""

@@ -114,11 +114,21 @@ fn rmq_check_record(buf: &Bound<'_, PyAny>, pos: i64, size: i64, phys: i64) -> P
 
 /// RocketMQ: one row per message of the framed records that pass every check, as a dict
 /// of column buffers; `reasons` lists (record index, why) of the others.
+///
+/// `delay_levels` (ms per DELAY level), `reserved` (property names that are not user
+/// properties), `system_topics` and `system_prefix` are the rules of `rocketmq_layout`.
 #[pyfunction]
+#[allow(clippy::too_many_arguments)]
 fn rmq_records<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, positions: &Bound<'py, PyAny>,
-                    lengths: &Bound<'py, PyAny>, verify_crc: bool) -> PyResult<Bound<'py, PyDict>> {
+                    lengths: &Bound<'py, PyAny>, verify_crc: bool, delay_levels: Vec<i64>, reserved: Vec<String>,
+                    system_topics: Vec<String>, system_prefix: String) -> PyResult<Bound<'py, PyDict>> {
     let (view, positions, lengths) = (View::new(buf)?, I64s::new(positions)?, I64s::new(lengths)?);
-    let m = py.allow_threads(|| rocketmq::records::decode(view.bytes(), positions.values(), lengths.values(), verify_crc));
+    let set = |words: Vec<String>| words.into_iter().map(String::into_bytes).collect();
+    let rules = rocketmq::columns::Rules { delay_levels, reserved: set(reserved), system_topics: set(system_topics),
+                                           system_prefix: system_prefix.into_bytes() };
+    let m = py.allow_threads(|| {
+        rocketmq::records::decode(view.bytes(), positions.values(), lengths.values(), verify_crc, &rules)
+    });
     let d = PyDict::new(py);
     d.set_item("reasons", m.reasons)?;
     d.set_item("outer", column(py, &m.outer))?;
@@ -148,7 +158,33 @@ fn rmq_records<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, positions: &Bound<
     d.set_item("uniq_first", p.uniq_first.into_py(py)?)?;
     let valid: Vec<u8> = p.uniq_first_valid.iter().map(|&b| b as u8).collect();
     d.set_item("uniq_first_valid", column(py, &valid))?;
+    derived_columns(py, &d, m.derived)?;
     Ok(d)
+}
+
+fn bools(v: &[bool]) -> Vec<u8> {
+    v.iter().map(|&b| b as u8).collect()
+}
+
+/// The derived RocketMQ columns into `d`: strings as (offsets, data, validity), int64 as (values, validity).
+fn derived_columns<'py>(py: Python<'py>, d: &Bound<'py, PyDict>, x: rocketmq::columns::Derived) -> PyResult<()> {
+    for (name, col) in [("uniq", x.uniq), ("tags", x.tags), ("trace", x.trace), ("correlation", x.correlation),
+                        ("sharding", x.sharding), ("transaction_id", x.transaction_id),
+                        ("transaction_state", x.transaction_state), ("message_type", x.message_type)] {
+        let (off, data) = col.bin.into_py(py)?;
+        d.set_item(name, (off, data, column(py, &bools(&col.valid))))?;
+    }
+    for (name, col) in [("delay_ms", x.delay_ms), ("deliver_us", x.deliver_us), ("expire_us", x.expire_us)] {
+        d.set_item(name, (column(py, &col.values), column(py, &bools(&col.valid))))?;
+    }
+    let (koff, kdata) = x.keys.into_py(py)?;
+    d.set_item("keys", (column(py, &x.keys_offsets), column(py, &bools(&x.keys_valid)), koff, kdata))?;
+    d.set_item("header_offsets", column(py, &x.header_offsets))?;
+    d.set_item("user_offsets", column(py, &x.user_offsets))?;
+    d.set_item("user_keys", x.user_keys.into_py(py)?)?;
+    d.set_item("user_values", x.user_values.into_py(py)?)?;
+    d.set_item("system_copy", column(py, &bools(&x.system_copy)))?;
+    Ok(())
 }
 
 #[pymodule]

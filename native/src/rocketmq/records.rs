@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 use super::batch::{unwrap, Mini};
+use super::columns::{Derived, Rules};
 use super::hosts::{format_host, message_id};
 use super::layout::{body_length_at, host_width, BORNHOST_V6_FLAG, BORN_HOST_AT, COMPRESSED_FLAG, MAGIC_V2,
                     NEED_UNWRAP_FLAG, STOREHOST_V6_FLAG};
@@ -146,11 +147,12 @@ pub struct Messages {
     pub store_host: Hosts,
     pub message_id: Binary,
     pub props: Props,
+    pub derived: Derived,
 }
 
 impl Messages {
     fn new() -> Self {
-        let mut m = Messages::default();
+        let mut m = Messages { derived: Derived::new(), ..Default::default() };
         for b in [&mut m.topic, &mut m.body, &mut m.born_host.out, &mut m.store_host.out, &mut m.message_id,
                   &mut m.props.keys, &mut m.props.values, &mut m.props.uniq_first] {
             *b = Binary::with_capacity(0, 0);
@@ -158,8 +160,9 @@ impl Messages {
         m
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn push<'a>(&mut self, buf: &'a [u8], i: usize, r: &Record, index: i64, mini: &Mini, names: &mut Names<'a>,
-                kept: &mut Vec<(&'a [u8], &'a [u8])>) {
+                kept: &mut Vec<(&'a [u8], &'a [u8])>, rules: &Rules) {
         let p = r.p;
         let row = self.outer.len() as i64;
         self.outer.push(i as i64);
@@ -182,19 +185,23 @@ impl Messages {
         self.message_id.data.reserve(2 * (r.recon_at - r.store_at + 8));
         message_id(&buf[r.store_at..r.recon_at], &buf[p + 28..p + 36], &mut self.message_id.data);
         self.message_id.offsets.push(self.message_id.data.len() as i32);
-        self.add_properties(&buf[mini.props.0 as usize..mini.props.1 as usize], row, names, kept);
+        let coded = self.add_properties(&buf[mini.props.0 as usize..mini.props.1 as usize], row, names, kept, rules);
+        self.derived.push(rules, &coded, r.sysflag, be_i64(buf, p + 40), &buf[r.topic.0..r.topic.1]);
     }
 
     fn add_properties<'a>(&mut self, text: &'a [u8], row: i64, names: &mut Names<'a>,
-                          kept: &mut Vec<(&'a [u8], &'a [u8])>) {
+                          kept: &mut Vec<(&'a [u8], &'a [u8])>, rules: &Rules) -> Vec<(i64, &'a [u8], &'a [u8])> {
         let first = properties::parse_into(text, kept);
         let pr = &mut self.props;
+        let mut coded = Vec::with_capacity(kept.len());
         for &(k, v) in kept.iter() {
             let next = names.len() as i64;
             let code = *names.entry(k).or_insert_with(|| {
                 pr.names.push(String::from_utf8_lossy(k).into_owned()); // checked UTF-8 above
+                self.derived.name(rules, k);
                 next
             });
+            coded.push((code, k, v));
             pr.rows.push(row);
             pr.keys.push(k);
             pr.values.push(v);
@@ -202,11 +209,12 @@ impl Messages {
         }
         pr.uniq_first.push(first.unwrap_or(b""));
         pr.uniq_first_valid.push(first.is_some());
+        coded
     }
 }
 
 /// Decode the records at `positions` (TOTALSIZE `lengths`), already checked by the framing walk.
-pub fn decode(buf: &[u8], positions: &[i64], lengths: &[i64], verify_crc: bool) -> Messages {
+pub fn decode(buf: &[u8], positions: &[i64], lengths: &[i64], verify_crc: bool, rules: &Rules) -> Messages {
     let mut out = Messages::new();
     // Bodies are most of the bytes: room for all of them at once, so growing never copies
     // them (pages are only touched as they are written).
@@ -219,7 +227,7 @@ pub fn decode(buf: &[u8], positions: &[i64], lengths: &[i64], verify_crc: bool) 
             Err(why) => out.reasons.push((i, why)),
             Ok(messages) => {
                 for (index, mini) in messages.iter().enumerate() {
-                    out.push(buf, i, &r, index as i64, mini, &mut names, &mut kept);
+                    out.push(buf, i, &r, index as i64, mini, &mut names, &mut kept, rules);
                 }
             }
         }
@@ -232,10 +240,14 @@ mod tests {
     use super::*;
     use crate::rocketmq::layout::tests::record;
 
+    fn rules() -> Rules {
+        Rules { delay_levels: vec![1000], reserved: Default::default(), system_topics: Default::default(), system_prefix: b"rmq_sys_".to_vec() }
+    }
+
     #[test]
     fn the_real_brokers_record_shape_decodes() {
         let rec = record(0, b"Once, there was a chance for me!", "abc", b"UNIQ_KEY\x01u1\x02TAGS\x01t\x02");
-        let m = decode(&rec, &[0], &[rec.len() as i64], true);
+        let m = decode(&rec, &[0], &[rec.len() as i64], true, &rules());
         assert!(m.reasons.is_empty());
         assert_eq!(m.topic.data, b"abc");
         assert_eq!(m.born_host.out.data, b"127.0.0.1:0");
@@ -249,12 +261,12 @@ mod tests {
     fn a_wrong_crc_and_a_bad_topic_are_reasons() {
         let mut rec = record(0, b"body", "t", b"");
         rec[11] ^= 1;
-        let m = decode(&rec, &[0], &[rec.len() as i64], true);
+        let m = decode(&rec, &[0], &[rec.len() as i64], true, &rules());
         assert!(m.reasons[0].1.starts_with("BODYCRC mismatch: stored "));
-        assert!(decode(&rec, &[0], &[rec.len() as i64], false).reasons.is_empty());
+        assert!(decode(&rec, &[0], &[rec.len() as i64], false, &rules()).reasons.is_empty());
         let mut bad_topic = record(0, b"body", "t", b"");
         let at = bad_topic.len() - 3;
         bad_topic[at] = 0xff;
-        assert_eq!(decode(&bad_topic, &[0], &[bad_topic.len() as i64], true).reasons[0].1, "TOPIC is not valid UTF-8");
+        assert_eq!(decode(&bad_topic, &[0], &[bad_topic.len() as i64], true, &rules()).reasons[0].1, "TOPIC is not valid UTF-8");
     }
 }
