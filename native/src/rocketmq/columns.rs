@@ -9,6 +9,7 @@
 use std::collections::HashSet;
 
 use crate::buffers::Binary;
+use crate::hash::FnvBuild;
 
 /// Epoch milliseconds a Spark TIMESTAMP holds (years 1..9999).
 pub const MS_MIN: i64 = -62_135_596_800_000;
@@ -17,8 +18,8 @@ pub const MS_MAX: i64 = 253_402_300_799_999;
 /// What the rules need from Python.
 pub struct Rules {
     pub delay_levels: Vec<i64>,
-    pub reserved: HashSet<Vec<u8>>,
-    pub system_topics: HashSet<Vec<u8>>,
+    pub reserved: HashSet<Vec<u8>, FnvBuild>,
+    pub system_topics: HashSet<Vec<u8>, FnvBuild>,
     pub system_prefix: Vec<u8>,
 }
 
@@ -74,11 +75,30 @@ pub struct Derived {
     pub user_keys: Binary,
     pub user_values: Binary,
     pub system_copy: Vec<bool>,
-    /// Per name code: reserved by the broker (not a user property).
+    /// Per name code: reserved by the broker (not a user property), and its index in WANTED.
     reserved_code: Vec<bool>,
+    wanted_code: Vec<Option<usize>>,
     headers: i32,
     last_topic: Option<(Vec<u8>, bool)>,
 }
+
+/// The property names the rules read, in the order of [`Derived::push`]'s lookups.
+const WANTED: [&[u8]; 13] = [b"UNIQ_KEY", b"DELAY", b"TRAN_MSG", b"TAGS", b"TRACE_CONTEXT", b"CORRELATION_ID",
+                             b"__SHARDINGKEY", b"__transactionId__", b"TIMER_DELIVER_MS", b"TIMER_DELAY_SEC",
+                             b"TIMER_DELAY_MS", b"TTL", b"KEYS"];
+const UNIQ: usize = 0;
+const DELAY: usize = 1;
+const TRAN: usize = 2;
+const TAGS: usize = 3;
+const TRACE: usize = 4;
+const CORRELATION: usize = 5;
+const SHARDING: usize = 6;
+const TXN_ID: usize = 7;
+const DELIVER_MS: usize = 8;
+const DELAY_SEC: usize = 9;
+const DELAY_MS: usize = 10;
+const TTL: usize = 11;
+const KEYS: usize = 12;
 
 /// `^-?[0-9]{1,digits}$` as an int64, else None (`_int_values`).
 fn int_value(v: Option<&[u8]>, digits: usize) -> Option<i64> {
@@ -107,31 +127,38 @@ impl Derived {
     /// Note a new property name (codes are given in order 0, 1, ...).
     pub fn name(&mut self, rules: &Rules, name: &[u8]) {
         self.reserved_code.push(rules.reserved.contains(name));
+        self.wanted_code.push(WANTED.iter().position(|w| *w == name));
     }
 
     /// One row: its kept properties (name code, name, value), sysflag, BORNTIMESTAMP and topic.
     pub fn push(&mut self, rules: &Rules, props: &[(i64, &[u8], &[u8])], sysflag: i32, born_ms: i64, topic: &[u8]) {
-        let get = |name: &[u8]| props.iter().find(|(_, k, _)| *k == name).map(|(_, _, v)| *v);
-        let uniq = get(b"UNIQ_KEY");
-        let delay = get(b"DELAY");
-        let tran = get(b"TRAN_MSG") == Some(b"true");
+        // One pass over the row's properties (a name appears once: the parser kept the last).
+        let mut got: [Option<&[u8]>; WANTED.len()] = [None; WANTED.len()];
+        for &(code, _, v) in props {
+            if let Some(w) = self.wanted_code[code as usize] {
+                got[w] = Some(v);
+            }
+        }
+        let get = |w: usize| got[w];
+        let uniq = get(UNIQ);
+        let delay = get(DELAY);
+        let tran = get(TRAN) == Some(b"true");
         let txn_bits = sysflag & 0xC;
         self.uniq.push(uniq);
-        self.tags.push(get(b"TAGS"));
-        self.trace.push(get(b"TRACE_CONTEXT"));
-        self.correlation.push(get(b"CORRELATION_ID"));
-        self.sharding.push(get(b"__SHARDINGKEY"));
-        let own_id = get(b"__transactionId__");
+        self.tags.push(get(TAGS));
+        self.trace.push(get(TRACE));
+        self.correlation.push(get(CORRELATION));
+        self.sharding.push(get(SHARDING));
+        let own_id = get(TXN_ID);
         self.transaction_id.push(own_id.or(if tran || txn_bits != 0 { uniq } else { None }));
         let states: [Option<&[u8]>; 4] = [None, Some(b"PREPARED"), Some(b"COMMIT"), Some(b"ROLLBACK")];
         self.transaction_state.push(states[(txn_bits >> 2) as usize]);
-        let timer_keys = [&b"TIMER_DELIVER_MS"[..], b"TIMER_DELAY_SEC", b"TIMER_DELAY_MS"];
-        let is_delay = delay.is_some() || timer_keys.iter().any(|k| get(k).is_some());
+        let is_delay = delay.is_some() || [DELIVER_MS, DELAY_SEC, DELAY_MS].iter().any(|&k| get(k).is_some());
         let kind: &[u8] = if tran {
             b"TRANSACTION"
         } else if is_delay {
             b"DELAY"
-        } else if get(b"__SHARDINGKEY").is_some() {
+        } else if get(SHARDING).is_some() {
             b"FIFO"
         } else {
             b"NORMAL"
@@ -139,13 +166,13 @@ impl Derived {
         self.message_type.push(Some(kind));
         let levels = &rules.delay_levels;
         let level = int_value(delay, 15).filter(|&l| l > 0).map(|l| levels[(l.min(levels.len() as i64) - 1) as usize]);
-        let timer_sec = int_value(get(b"TIMER_DELAY_SEC"), 12).map(|s| s * 1000);
-        self.delay_ms.push(level.or(int_value(get(b"TIMER_DELAY_MS"), 15)).or(timer_sec));
-        let deliver = if delay.is_some() { None } else { int_value(get(b"TIMER_DELIVER_MS"), 15) };
+        let timer_sec = int_value(get(DELAY_SEC), 12).map(|s| s * 1000);
+        self.delay_ms.push(level.or(int_value(get(DELAY_MS), 15)).or(timer_sec));
+        let deliver = if delay.is_some() { None } else { int_value(get(DELIVER_MS), 15) };
         self.deliver_us.push(micros(deliver));
-        let ttl = int_value(get(b"TTL"), 15).filter(|&t| t > 0);
+        let ttl = int_value(get(TTL), 15).filter(|&t| t > 0);
         self.expire_us.push(micros(ttl.map(|t| born_ms + t)));
-        self.push_keys(get(b"KEYS"));
+        self.push_keys(get(KEYS));
         self.push_maps(props);
         self.push_system(rules, topic);
     }

@@ -124,6 +124,14 @@ pub struct Props {
     pub uniq_first_valid: Vec<bool>,
 }
 
+/// A row's kept properties, as parsed and with their name codes (reused from row to row).
+#[derive(Default)]
+struct Kept<'a> {
+    pairs: Vec<(&'a [u8], &'a [u8])>,
+    coded: Vec<(i64, &'a [u8], &'a [u8])>,
+    previous: Vec<(i64, &'a [u8], &'a [u8])>,
+}
+
 /// One row per message of the records that pass every check.
 #[derive(Default)]
 pub struct Messages {
@@ -162,7 +170,7 @@ impl Messages {
 
     #[allow(clippy::too_many_arguments)]
     fn push<'a>(&mut self, buf: &'a [u8], i: usize, r: &Record, index: i64, mini: &Mini, names: &mut Names<'a>,
-                kept: &mut Vec<(&'a [u8], &'a [u8])>, rules: &Rules) {
+                kept: &mut Kept<'a>, rules: &Rules) {
         let p = r.p;
         let row = self.outer.len() as i64;
         self.outer.push(i as i64);
@@ -185,23 +193,27 @@ impl Messages {
         self.message_id.data.reserve(2 * (r.recon_at - r.store_at + 8));
         message_id(&buf[r.store_at..r.recon_at], &buf[p + 28..p + 36], &mut self.message_id.data);
         self.message_id.offsets.push(self.message_id.data.len() as i32);
-        let coded = self.add_properties(&buf[mini.props.0 as usize..mini.props.1 as usize], row, names, kept, rules);
-        self.derived.push(rules, &coded, r.sysflag, be_i64(buf, p + 40), &buf[r.topic.0..r.topic.1]);
+        self.add_properties(&buf[mini.props.0 as usize..mini.props.1 as usize], row, names, kept, rules);
+        self.derived.push(rules, &kept.coded, r.sysflag, be_i64(buf, p + 40), &buf[r.topic.0..r.topic.1]);
     }
 
-    fn add_properties<'a>(&mut self, text: &'a [u8], row: i64, names: &mut Names<'a>,
-                          kept: &mut Vec<(&'a [u8], &'a [u8])>, rules: &Rules) -> Vec<(i64, &'a [u8], &'a [u8])> {
-        let first = properties::parse_into(text, kept);
+    fn add_properties<'a>(&mut self, text: &'a [u8], row: i64, names: &mut Names<'a>, kept: &mut Kept<'a>,
+                          rules: &Rules) {
+        let first = properties::parse_into(text, &mut kept.pairs);
         let pr = &mut self.props;
-        let mut coded = Vec::with_capacity(kept.len());
-        for &(k, v) in kept.iter() {
+        std::mem::swap(&mut kept.coded, &mut kept.previous);
+        kept.coded.clear();
+        for (j, &(k, v)) in kept.pairs.iter().enumerate() {
+            // Rows of a chunk mostly repeat the same names in the same order: try the code of
+            // the previous row's name at this place before hashing.
+            let guess = kept.previous.get(j).filter(|(_, name, _)| *name == k).map(|(c, _, _)| *c);
             let next = names.len() as i64;
-            let code = *names.entry(k).or_insert_with(|| {
+            let code = guess.unwrap_or_else(|| *names.entry(k).or_insert_with(|| {
                 pr.names.push(String::from_utf8_lossy(k).into_owned()); // checked UTF-8 above
                 self.derived.name(rules, k);
                 next
-            });
-            coded.push((code, k, v));
+            }));
+            kept.coded.push((code, k, v));
             pr.rows.push(row);
             pr.keys.push(k);
             pr.values.push(v);
@@ -209,7 +221,6 @@ impl Messages {
         }
         pr.uniq_first.push(first.unwrap_or(b""));
         pr.uniq_first_valid.push(first.is_some());
-        coded
     }
 }
 
@@ -220,7 +231,7 @@ pub fn decode(buf: &[u8], positions: &[i64], lengths: &[i64], verify_crc: bool, 
     // them (pages are only touched as they are written).
     out.body.data.reserve(lengths.iter().sum::<i64>().max(0) as usize);
     let mut names = Names::default();
-    let mut kept = Vec::new();
+    let mut kept = Kept::default();
     for (i, (&p, &size)) in positions.iter().zip(lengths).enumerate() {
         let r = Record::at(buf, p, size);
         match r.check(buf, verify_crc) {
