@@ -11,6 +11,9 @@ import os
 import warnings
 from types import ModuleType
 
+import numpy as np
+import pyarrow as pa
+
 ENV = "MSGLAKE_NATIVE"
 _warned = False
 
@@ -43,3 +46,35 @@ def _warn_once() -> None:
         warnings.warn("msglake_native is not installed, decoding with the slower Python path; build it with "
                       "`make setup` or `pip install ./native` (needs Rust/cargo, https://rustup.rs)",
                       RuntimeWarning, stacklevel=3)
+
+
+def strings(offsets_data: tuple, valid: np.ndarray | None = None, typ: pa.DataType = pa.string()) -> pa.Array:
+    """An Arrow string (or binary) array over the core's (int32 offsets, data) buffers, without a copy;
+    null where ``valid`` is False."""
+    off, data = offsets_data
+    mask = None if valid is None or valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(typ, len(off) // 4 - 1, [mask, pa.py_buffer(off), pa.py_buffer(data)])
+
+
+def optional_strings(column: tuple) -> pa.Array:
+    """A string array from the core's (offsets, data, validity bytes)."""
+    off, data, valid = column
+    return strings((off, data), np.frombuffer(valid, np.bool_))
+
+
+def optional_ints(column: tuple, typ: pa.DataType = pa.int64()) -> pa.Array:
+    """An int64 array (cast to ``typ``) from the core's (values, validity bytes)."""
+    values, valid = column
+    return pa.array(np.frombuffer(values, np.int64), mask=~np.frombuffer(valid, np.bool_)).cast(typ)
+
+
+def string_lists(column: tuple) -> pa.Array:
+    """A list<string> array from the core's (list offsets, list validity, value offsets, value data)."""
+    off, valid, value_off, value_data = column
+    mask = np.append(~np.frombuffer(valid, np.bool_), False)
+    return pa.ListArray.from_arrays(pa.array(np.frombuffer(off, np.int32), mask=mask), strings((value_off, value_data)))
+
+
+def string_maps(offsets: bytes, keys: pa.Array, values: pa.Array) -> pa.Array:
+    """A map<string, string> array of ``keys``/``values`` split at the core's int32 ``offsets``."""
+    return pa.MapArray.from_arrays(pa.array(np.frombuffer(offsets, np.int32)), keys, values)

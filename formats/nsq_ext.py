@@ -324,7 +324,7 @@ def decode_chunk(
     doc_where = row_index[np.asarray(doc_rows, np.int64)]
     tag_where = row_index[np.asarray(tag_rows, np.int64)]
 
-    columns = H.header_columns(docs, doc_where, m)
+    columns = H.header_columns(docs, doc_where, m, core)
     columns["priority"] = pc.fill_null(columns["priority"], DEFAULT_PRIORITY)
     columns["durability"] = pc.fill_null(columns["durability"], 0)
     # traceId: the header's (traceId, else ##trace_id), else the record's trace half when set.

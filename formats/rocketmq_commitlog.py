@@ -35,6 +35,7 @@ from pydantic import AfterValidator
 
 from msglake.formats import rocketmq_layout as L
 from msglake.formats import rocketmq_properties as P
+from msglake.formats import native as NV
 from msglake.formats.native import core as native_core
 from msglake.formats.options import Options, PositiveInt
 from msglake.formats.base import (
@@ -506,34 +507,19 @@ def _native_messages(core, buf: np.ndarray, p: np.ndarray, tot: np.ndarray, veri
 
 def _native_derived(d: dict, keys: pa.Array, values: pa.Array) -> dict[str, pa.Array]:
     """The native core's property columns as Arrow arrays (no copies of their buffers)."""
-    def text(name: str) -> pa.Array:
-        off, data, valid = d[name]
-        valid = np.frombuffer(valid, np.bool_)
-        return _strings((off, data), None if valid.all() else valid)
-
-    def optional(name: str, typ: pa.DataType = pa.int64()) -> pa.Array:
-        values, valid = d[name]
-        return pa.array(np.frombuffer(values, np.int64), mask=~np.frombuffer(valid, np.bool_)).cast(typ)
-
-    k_off, k_valid, k_data_off, k_data = d["keys"]
-    list_offsets = pa.array(np.frombuffer(k_off, np.int32), mask=np.append(~np.frombuffer(k_valid, np.bool_), False))
+    text = {name: NV.optional_strings(d[key]) for name, key in (
+        ("uniqueId", "uniq"), ("traceId", "trace"), ("transactionId", "transaction_id"),
+        ("correlationId", "correlation"), ("messageKey", "sharding"), ("tags", "tags"),
+        ("messageType", "message_type"), ("transactionState", "transaction_state"))}
     return {
-        "uniqueId": text("uniq"),
-        "delayTime": optional("delay_ms"),
-        "startDeliverTime": optional("deliver_us", TS),
-        "expireTime": optional("expire_us", TS),
-        "traceId": text("trace"),
-        "transactionId": text("transaction_id"),
-        "correlationId": text("correlation"),
-        "messageKey": text("sharding"),
-        "tags": text("tags"),
-        "keys": pa.ListArray.from_arrays(list_offsets, _strings((k_data_off, k_data))),
-        "messageType": text("message_type"),
+        **text,
+        "delayTime": NV.optional_ints(d["delay_ms"]),
+        "startDeliverTime": NV.optional_ints(d["deliver_us"], TS),
+        "expireTime": NV.optional_ints(d["expire_us"], TS),
+        "keys": NV.string_lists(d["keys"]),
         "systemCopy": pa.array(np.frombuffer(d["system_copy"], np.bool_)),
-        "transactionState": text("transaction_state"),
-        "properties": pa.MapArray.from_arrays(pa.array(np.frombuffer(d["user_offsets"], np.int32)),
-                                              _strings(d["user_keys"]), _strings(d["user_values"])),
-        "headers": pa.MapArray.from_arrays(pa.array(np.frombuffer(d["header_offsets"], np.int32)), keys, values),
+        "properties": NV.string_maps(d["user_offsets"], _strings(d["user_keys"]), _strings(d["user_values"])),
+        "headers": NV.string_maps(d["header_offsets"], keys, values),
     }
 
 
@@ -545,12 +531,7 @@ _NATIVE_COLUMNS = {
 }
 
 
-def _strings(offsets_data: tuple[bytes, bytes], valid: np.ndarray | None = None, typ=pa.string()) -> pa.Array:
-    """An Arrow string (or binary) array over the native core's (offsets, data) buffers, without a copy."""
-    off, data = offsets_data
-    n = len(off) // 4 - 1
-    mask = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(typ, n, [mask, pa.py_buffer(off), pa.py_buffer(data)])
+_strings = NV.strings
 
 
 @dataclass

@@ -162,6 +162,48 @@ fn rmq_records<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, positions: &Bound<
     Ok(d)
 }
 
+/// NSQ: the unified-schema columns of simple headers (`nsq_headers.header_columns`), for `n`
+/// rows, header `i` on row `rows[i]`. `names`/`properties`: each name code's name and whether
+/// it is a user property; `code`, `is_int`, `texts` (int32 offsets, data): each pair.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn nsq_header_columns<'py>(py: Python<'py>, names: Vec<String>, properties: Vec<bool>, counts: &Bound<'py, PyAny>,
+                           code: &Bound<'py, PyAny>, is_int: &Bound<'py, PyAny>, offsets: &Bound<'py, PyAny>,
+                           data: &Bound<'py, PyAny>, rows: &Bound<'py, PyAny>, n: usize)
+    -> PyResult<Bound<'py, PyDict>> {
+    let (counts, code, rows) = (I64s::new(counts)?, I64s::new(code)?, I64s::new(rows)?);
+    let (is_int, offsets, data) = (View::new(is_int)?, View::new(offsets)?, View::new(data)?);
+    let pairs = nsq::headers::Pairs { names: &names, properties: &properties, counts: counts.values(),
+                                      code: code.values(), is_int: is_int.bytes(), offsets: offsets.bytes(),
+                                      data: data.bytes() };
+    let c = py.allow_threads(|| pairs.columns(rows.values(), n));
+    nsq_columns_dict(py, c)
+}
+
+/// The NSQ header columns into a dict: strings as (offsets, data, validity), int64 as (values, validity).
+fn nsq_columns_dict(py: Python<'_>, c: nsq::headers::Columns) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    let [born, start, expire] = c.times;
+    let [born_host, search, txn, correlation] = c.texts;
+    let [priority, durability, delay] = c.ints;
+    for (name, col) in [("bornTimestamp", born), ("startDeliverTime", start), ("expireTime", expire),
+                        ("priority", priority), ("durability", durability), ("delayTime", delay)] {
+        d.set_item(name, (column(py, &col.ints), column(py, &bools(&col.valid))))?;
+    }
+    for (name, col) in [("bornHost", born_host), ("searchKey", search), ("transactionId", txn),
+                        ("correlationId", correlation), ("traceId", c.trace), ("messageKey", c.message_key),
+                        ("tags", c.tags), ("compression", c.compression)] {
+        let (off, data) = col.bin.into_py(py)?;
+        d.set_item(name, (off, data, column(py, &bools(&col.valid))))?;
+    }
+    let (koff, kdata) = c.keys.into_py(py)?;
+    d.set_item("keys", (column(py, &c.keys_offsets), column(py, &bools(&c.keys_valid)), koff, kdata))?;
+    d.set_item("headers", (column(py, &c.header_offsets), c.header_keys.into_py(py)?, c.header_values.into_py(py)?))?;
+    d.set_item("properties",
+               (column(py, &c.property_offsets), c.property_keys.into_py(py)?, c.property_values.into_py(py)?))?;
+    Ok(d)
+}
+
 fn bools(v: &[bool]) -> Vec<u8> {
     v.iter().map(|&b| b as u8).collect()
 }
@@ -196,6 +238,7 @@ fn msglake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(nsq_advance, m)?)?;
     m.add_function(wrap_pyfunction!(nsq_fields, m)?)?;
     m.add_function(wrap_pyfunction!(nsq_scan_headers, m)?)?;
+    m.add_function(wrap_pyfunction!(nsq_header_columns, m)?)?;
     m.add_function(wrap_pyfunction!(rmq_walk, m)?)?;
     m.add_function(wrap_pyfunction!(rmq_check_record, m)?)?;
     m.add_function(wrap_pyfunction!(rmq_records, m)?)?;

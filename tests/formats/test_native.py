@@ -103,6 +103,14 @@ _headers = st.one_of(
     st.sampled_from([b"{}", b"not json", b"[1]", b'{"a":1,"a":2}', b'{"##trace_id":"12x"}', b'{"a" : "b"}',
                      b'{"priority":123456789012345678901234}', b'{"a":"\\u00e9","b":-0}']),
 )
+# Values the integer, keys and compression rules read from strings (Python's int(s.strip()) rules).
+_numberish = st.one_of(st.text(alphabet="0123456789_+- ", max_size=24), st.integers(-(10**18) + 1, 10**18 - 1),
+                       st.sampled_from([" 42 ", "1_000", "+7", "007", "1__0", "9" * 25, "3000000000", "253402300799999"]))
+_column_headers = st.dictionaries(
+    st.sampled_from(["priority", "durability", "delayTime", "bornTimestamp", "expireTime", "startDeliverTime", "keys",
+                     "nsq.client.compress", "traceId", "##trace_id", "messageKey", "shardingKey", "bornHost", "app"]),
+    _numberish, max_size=6)
+_headers = st.one_of(_headers, _column_headers)
 _nsq_records = st.lists(st.tuples(st.binary(max_size=60), st.one_of(st.none(), _headers, st.sampled_from(["tag", ""]))),
                         min_size=1, max_size=25)
 

@@ -41,16 +41,13 @@ impl<'a> Cursor<'a> {
     fn string(&mut self) -> Option<&'a [u8]> {
         self.eat(b'"')?;
         let a = self.i;
-        loop {
-            match *self.b.get(self.i)? {
-                b'"' => break,
-                b'\\' => return None, // escapes: left to orjson
-                0x20..=0x7E => self.i += 1,
-                _ => return None, // control bytes, non-ASCII
-            }
+        let len = self.b[a..].iter().position(|&c| c == b'"')?;
+        let s = &self.b[a..a + len];
+        // Printable ASCII only: escapes, control bytes and non-ASCII are left to orjson.
+        if !s.iter().all(|&c| (0x20..=0x7E).contains(&c) && c != b'\\') {
+            return None;
         }
-        let s = &self.b[a..self.i];
-        self.i += 1;
+        self.i = a + len + 1;
         Some(s)
     }
 

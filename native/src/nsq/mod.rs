@@ -2,4 +2,5 @@
 
 pub mod fields;
 pub mod framing;
+pub mod headers;
 pub mod json;
