@@ -389,10 +389,20 @@ class NsqExtCodec:
         self.options = options if options is not None else NsqExtOptions(**fields)
         self.store_host = self.options.storeHost
         self.chunk_bytes = chunk_bytes
+        self._native = native
         self._core = native_core(native)
         # path -> (size walked, boundary found): segments without a writer meta are walked
         # once, then only their new bytes.
         self._walked: dict[str, tuple[int, int, str]] = {}
+
+    def __getstate__(self) -> dict:
+        # A Spark reader ships its codec to the executors; the extension module does not
+        # pickle, and each executor uses its own (or the Python path where it is missing).
+        return {k: v for k, v in self.__dict__.items() if k != "_core"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._core = native_core(self._native)
 
     # ---------------------------------------------------------------- scan (driver side)
 

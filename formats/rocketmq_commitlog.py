@@ -602,6 +602,7 @@ class RocketMqCommitLogCodec:
     def __init__(self, options: RocketMqOptions | None = None, /, *, chunk_bytes: int = CHUNK_BYTES,
                  native: bool | None = None, **fields):
         self.options = options if options is not None else RocketMqOptions(**fields)
+        self._native = native
         self._core = native_core(native)
         self.delay_levels = np.asarray(L.parse_delay_levels(self.options.delayLevels), np.int64)
         self.decompress = self.options.decompress
@@ -611,6 +612,15 @@ class RocketMqCommitLogCodec:
         # path -> (committed end, data end) of the file being written, so each scan walks
         # only the records appended since the last one.
         self._walked: dict[str, tuple[int, int]] = {}
+
+    def __getstate__(self) -> dict:
+        # A Spark reader ships its codec to the executors; the extension module does not
+        # pickle, and each executor uses its own (or the Python path where it is missing).
+        return {k: v for k, v in self.__dict__.items() if k != "_core"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._core = native_core(self._native)
 
     # ---------------------------------------------------------------- scan (driver side)
 

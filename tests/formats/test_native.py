@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import pickle
 import random
 import shutil
 import struct
@@ -72,6 +73,14 @@ def test_the_switch_forces_the_python_path(monkeypatch):
     monkeypatch.setenv(N.ENV, "1")
     assert N.core() is not None and N.core(False) is None
     assert RocketMqCommitLogCodec()._core is not None and RocketMqCommitLogCodec(native=False)._core is None
+
+
+@needs_native
+@pytest.mark.parametrize("native", [True, False, None])
+def test_a_codec_pickles_for_the_executors_and_keeps_its_path(native):
+    for cls in (NsqExtCodec, RocketMqCommitLogCodec):
+        copy = pickle.loads(pickle.dumps(cls(native=native, chunk_bytes=4096)))
+        assert copy.chunk_bytes == 4096 and (copy._core is None) == (native is False)
 
 
 # --------------------------------------------------------------------------- NSQ
