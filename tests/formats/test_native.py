@@ -77,7 +77,8 @@ def test_the_switch_forces_the_python_path(monkeypatch):
 
 @needs_native
 @pytest.mark.parametrize("native", [True, False, None])
-def test_a_codec_pickles_for_the_executors_and_keeps_its_path(native):
+def test_a_codec_pickles_for_the_executors_and_keeps_its_path(native, monkeypatch):
+    monkeypatch.delenv(N.ENV, raising=False)  # None: the default, the native core
     for cls in (NsqExtCodec, RocketMqCommitLogCodec):
         copy = pickle.loads(pickle.dumps(cls(native=native, chunk_bytes=4096)))
         assert copy.chunk_bytes == 4096 and (copy._core is None) == (native is False)

@@ -81,8 +81,10 @@ fn header<'a>(b: &'a [u8], pairs: &mut Vec<Pair<'a>>) -> Option<()> {
                 b'"' => (false, c.string()?),
                 _ => (true, c.integer()?),
             };
-            if pairs.iter().any(|(k, _, _)| *k == key) {
-                return None; // orjson keeps the key's first place and last value
+            // A key twice: orjson keeps its first place and last value. Go writes keys sorted,
+            // so a key above the last one is new without looking further.
+            if pairs.last().is_some_and(|(last, _, _)| key <= *last) && pairs.iter().any(|(k, _, _)| *k == key) {
+                return None;
             }
             pairs.push((key, is_int, value));
             if c.eat(b',').is_none() {
@@ -99,19 +101,33 @@ pub fn scan(buf: &[u8], starts: &[i64], ends: &[i64]) -> Option<Pairs> {
     if starts.is_empty() {
         return None;
     }
-    let mut out = Pairs::default();
-    out.texts = Binary::with_capacity(starts.len() * 4, 0);
+    let bytes: i64 = starts.iter().zip(ends).map(|(a, e)| e - a).sum();
+    let mut out = Pairs { counts: Vec::with_capacity(starts.len()), ..Default::default() };
+    out.texts = Binary::with_capacity(starts.len() * 8, bytes.max(0) as usize);
     let mut codes: HashMap<&[u8], i64, FnvBuild> = HashMap::default();
-    let mut pairs = Vec::new();
+    let (mut pairs, mut previous): (Vec<Pair>, Vec<(&[u8], i64)>) = (Vec::new(), Vec::new());
     for (&a, &e) in starts.iter().zip(ends) {
         header(&buf[a as usize..e as usize], &mut pairs)?;
         out.counts.push(pairs.len() as i64);
-        for &(key, is_int, value) in pairs.iter() {
-            let next = codes.len() as i64;
-            let code = *codes.entry(key).or_insert_with(|| {
-                out.names.push(String::from_utf8_lossy(key).into_owned()); // ASCII: lossless
-                next
-            });
+        for (j, &(key, is_int, value)) in pairs.iter().enumerate() {
+            // Headers of a chunk mostly repeat the same keys in the same order (a Go map
+            // written sorted): try the previous header's key at this place before hashing.
+            let code = match previous.get(j) {
+                Some(&(k, c)) if k == key => c,
+                _ => {
+                    let next = codes.len() as i64;
+                    let c = *codes.entry(key).or_insert_with(|| {
+                        out.names.push(String::from_utf8_lossy(key).into_owned()); // ASCII: lossless
+                        next
+                    });
+                    if j < previous.len() {
+                        previous[j] = (key, c);
+                    } else {
+                        previous.push((key, c));
+                    }
+                    c
+                }
+            };
             out.code.push(code);
             out.is_int.push(is_int);
             out.texts.push(value);

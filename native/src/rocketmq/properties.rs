@@ -8,16 +8,19 @@
 const CRC32_KEY: &[u8] = b"__CRC32#";
 const FIRST_OF: &[u8] = b"UNIQ_KEY";
 
-/// The kept (name, value) entries of one property string, in order, and its first UNIQ_KEY.
+/// A property's name and value.
+pub type Entry<'a> = (&'a [u8], &'a [u8]);
+
+/// The kept entries of one property string, in order, and its first UNIQ_KEY.
 #[cfg(test)]
-pub fn parse(text: &[u8]) -> (Vec<(&[u8], &[u8])>, Option<&[u8]>) {
+pub fn parse(text: &[u8]) -> (Vec<Entry<'_>>, Option<&[u8]>) {
     let mut kept = Vec::new();
     let first = parse_into(text, &mut kept);
     (kept, first)
 }
 
 /// [`parse`] into `kept` (cleared first), so one vector serves every record of a chunk.
-pub fn parse_into<'a>(text: &'a [u8], kept: &mut Vec<(&'a [u8], &'a [u8])>) -> Option<&'a [u8]> {
+pub fn parse_into<'a>(text: &'a [u8], kept: &mut Vec<Entry<'a>>) -> Option<&'a [u8]> {
     kept.clear();
     let mut first = None;
     for piece in text.split(|&b| b == 0x02) {
