@@ -403,10 +403,10 @@ def _native_columns(core, pairs: Pairs, rows: np.ndarray | None, n: int | None) 
     texts = pairs.texts
     offsets = np.frombuffer(texts.buffers()[1], np.int32)[texts.offset : texts.offset + len(texts) + 1]
     data = np.frombuffer(texts.buffers()[2] or b"", np.uint8)
-    d = core.nsq_header_columns(pairs.names, [is_user_property(key) for key in pairs.names],
-                                np.ascontiguousarray(pairs.counts, np.int64), np.ascontiguousarray(pairs.code, np.int64),
-                                np.ascontiguousarray(pairs.is_int, np.bool_).view(np.uint8), offsets.view(np.uint8), data, rows,
-                                k if n is None else n)
+    counts, code = np.ascontiguousarray(pairs.counts, np.int64), np.ascontiguousarray(pairs.code, np.int64)
+    is_int = np.ascontiguousarray(pairs.is_int, np.bool_).view(np.uint8)
+    d = core.nsq_header_columns(pairs.names, [is_user_property(key) for key in pairs.names], counts, code, is_int,
+                                offsets.view(np.uint8), data, rows, k if n is None else n)
     col = {key: NV.optional_ints(d[key], TS) for key in _TS_HEADERS}
     col.update({key: NV.optional_strings(d[key]) for key in _STR_HEADERS})
     col["priority"] = NV.optional_ints(d["priority"], pa.int32())

@@ -105,8 +105,8 @@ def test_nsq_live_data_path(tmp_path):
 _values = st.one_of(st.text(max_size=8), st.integers(-(1 << 62), 1 << 62), st.booleans(), st.none(),
                     st.floats(allow_nan=False), st.lists(st.integers(-(1 << 63), (1 << 64) - 1), max_size=2))
 _headers = st.one_of(
-    st.dictionaries(st.sampled_from(["##trace_id", "##client_dispatch_tag", "priority", "keys", "app", "nsq.client.compress",
-                                     "bornTimestamp", "messageKey", "x-y"]), _values, max_size=5),
+    st.dictionaries(st.sampled_from(["##trace_id", "##client_dispatch_tag", "priority", "keys", "app",
+                                     "nsq.client.compress", "bornTimestamp", "messageKey", "x-y"]), _values, max_size=5),
     st.dictionaries(st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=6),
                     st.one_of(st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=6),
                               st.integers(-(10**18) + 1, 10**18 - 1)), max_size=4),
@@ -115,7 +115,8 @@ _headers = st.one_of(
 )
 # Values the integer, keys and compression rules read from strings (Python's int(s.strip()) rules).
 _numberish = st.one_of(st.text(alphabet="0123456789_+- ", max_size=24), st.integers(-(10**18) + 1, 10**18 - 1),
-                       st.sampled_from([" 42 ", "1_000", "+7", "007", "1__0", "9" * 25, "3000000000", "253402300799999"]))
+                       st.sampled_from([" 42 ", "1_000", "+7", "007", "1__0", "9" * 25, "3000000000",
+                                        "253402300799999"]))
 _column_headers = st.dictionaries(
     st.sampled_from(["priority", "durability", "delayTime", "bornTimestamp", "expireTime", "startDeliverTime", "keys",
                      "nsq.client.compress", "traceId", "##trace_id", "messageKey", "shardingKey", "bornHost", "app"]),
@@ -218,8 +219,8 @@ def _rocketmq_messages(draw):
 
 @needs_native
 @FAST
-@given(messages=_rocketmq_messages(), flips=st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), max_size=3),
-       chunk=st.sampled_from([300, 2048, 8 << 20]), crc=st.booleans(), decompress=st.booleans())
+@given(messages=_rocketmq_messages(),
+       flips=st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), max_size=3), chunk=st.sampled_from([300, 2048, 8 << 20]), crc=st.booleans(), decompress=st.booleans())
 def test_rocketmq_generated_stores_with_corruption(messages, flips, chunk, crc, decompress):
     with tempfile.TemporaryDirectory() as root:
         with CommitLogWriter(root, 16 << 10) as w:
@@ -239,7 +240,8 @@ def test_random_bytes_give_the_same_rows(tmp_path):
     rng = random.Random(5)
     with CommitLogWriter(str(tmp_path), 64 << 10) as w:
         for i in range(40):
-            w.put(Message("orders", bytes(rng.randrange(256) for _ in range(rng.randrange(200))), {"UNIQ_KEY": f"U{i}"}))
+            body = bytes(rng.randrange(256) for _ in range(rng.randrange(200)))
+            w.put(Message("orders", body, {"UNIQ_KEY": f"U{i}"}))
             if i % 9 == 4:
                 w.put_raw(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 400))))
             if i % 13 == 6:
