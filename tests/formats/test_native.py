@@ -220,7 +220,8 @@ def _rocketmq_messages(draw):
 @needs_native
 @FAST
 @given(messages=_rocketmq_messages(),
-       flips=st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), max_size=3), chunk=st.sampled_from([300, 2048, 8 << 20]), crc=st.booleans(), decompress=st.booleans())
+       flips=st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), max_size=3),
+       chunk=st.sampled_from([300, 2048, 8 << 20]), crc=st.booleans(), decompress=st.booleans())
 def test_rocketmq_generated_stores_with_corruption(messages, flips, chunk, crc, decompress):
     with tempfile.TemporaryDirectory() as root:
         with CommitLogWriter(root, 16 << 10) as w:
