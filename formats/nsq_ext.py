@@ -11,6 +11,10 @@ field is then read for all records of a chunk at once with NumPy. JSON headers a
 for the whole chunk at once with NumPy when they are all simple, else parsed one by one
 (orjson, mapped over the chunk in one call), and turned into columns for the whole chunk
 (:mod:`msglake.formats.nsq_headers`); version-2 tags are checked with Arrow kernels.
+
+When the native core is installed (:mod:`msglake.formats.native`, built from ``native/``),
+the walk, the fixed fields and their checks, simple headers and their columns, and the
+bodies come from it; the steps here stay the reference it is tested against.
 """
 from __future__ import annotations
 
@@ -41,6 +45,7 @@ from msglake.formats.base import (
 )
 from msglake.formats import nsq_headers as H
 from msglake.formats import nsq_layout as L
+from msglake.formats import native as NV
 from msglake.formats.native import core as native_core
 from msglake.formats.options import HostPort, Options
 from msglake.schemas.messages import DEFAULT_PRIORITY, TS
@@ -236,10 +241,8 @@ def _native_scanner(core):
         d = core.nsq_scan_headers(buf, starts.astype(np.int64), ends.astype(np.int64))
         if d is None:
             return None
-        off, data = d["texts"]
-        texts = pa.Array.from_buffers(pa.string(), len(off) // 4 - 1, [None, pa.py_buffer(off), pa.py_buffer(data)])
         return H.Pairs(np.frombuffer(d["counts"], np.int64), d["names"], np.frombuffer(d["code"], np.int64),
-                       np.frombuffer(d["is_int"], np.bool_), texts)
+                       np.frombuffer(d["is_int"], np.bool_), NV.strings(d["texts"]))
     return scan
 
 

@@ -17,6 +17,11 @@ Bad bytes never stop a read: a record that fails a check is quarantined whole; w
 framing itself is broken (bad magic, impossible TOTALSIZE), the reader searches forward for
 the next record whose PHYSICALOFFSET matches its place, quarantines the bytes in between,
 and goes on from there.
+
+When the native core is installed (:mod:`msglake.formats.native`, built from ``native/``),
+the walk, the record checks and every column made from a record's bytes (CRC32, properties,
+hosts, ids, inner batches, the property-derived columns) come from it in one pass per chunk;
+the NumPy/Arrow steps here stay the reference it is tested against.
 """
 from __future__ import annotations
 

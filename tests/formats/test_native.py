@@ -33,7 +33,9 @@ needs_native = pytest.mark.skipif(importlib.util.find_spec("msglake_native") is 
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data")
 TS = 1_793_500_000_123_456_789
-FAST = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: Examples per hypothesis test; raise MSGLAKE_FUZZ_EXAMPLES for a longer differential fuzz run.
+FAST = settings(max_examples=int(os.environ.get("MSGLAKE_FUZZ_EXAMPLES", "30")), deadline=None,
+                suppress_health_check=[HealthCheck.too_slow])
 
 
 def assert_same(codec_cls, root: str, **kw) -> pa.Table:
