@@ -24,14 +24,16 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 # The native codec core (native/, Rust): built from source into .venv. Without cargo, or if the
-# build fails, the codecs use their Python path; one line says what to install.
+# build fails, the codecs use their Python path (an older build is removed, not kept half
+# matching the code); one line says what to install.
 NATIVE_SRC := $(wildcard native/src/*.rs native/src/*/*.rs) native/Cargo.toml native/Cargo.lock native/pyproject.toml
 NATIVE_LOG  := $(VENV)/native-build.log
 NATIVE_HINT := msglake: native codec core not built (log: $(NATIVE_LOG)), decoding with the slower Python path; install Rust with cargo (https://rustup.rs), then make setup
 
 $(BIN)/.native: $(BIN)/.installed $(NATIVE_SRC)
 	@if command -v cargo >/dev/null 2>&1 && $(BIN)/pip install ./native >$(NATIVE_LOG) 2>&1; then touch $@; \
-	else command -v cargo >/dev/null 2>&1 || echo "cargo not found" >$(NATIVE_LOG); echo "$(NATIVE_HINT)"; fi
+	else command -v cargo >/dev/null 2>&1 || echo "cargo not found" >$(NATIVE_LOG); \
+	    $(BIN)/pip uninstall --quiet --yes msglake-native >/dev/null 2>&1; echo "$(NATIVE_HINT)"; fi
 
 $(JARS)/.complete: jars/pom.xml
 	@command -v mvn >/dev/null || { echo "Maven (mvn) is needed once to fetch the Delta jars from Maven Central"; exit 1; }

@@ -15,6 +15,8 @@ import numpy as np
 import pyarrow as pa
 
 ENV = "MSGLAKE_NATIVE"
+#: The extension's ``API_VERSION`` these codecs call (``native/src/lib.rs``).
+API_VERSION = 1
 _warned = False
 
 
@@ -34,18 +36,21 @@ def core(wanted: bool | None = None) -> ModuleType | None:
     try:
         import msglake_native
     except ImportError:
-        _warn_once()
+        _warn_once("msglake_native is not installed")
+        return None
+    found = getattr(msglake_native, "API_VERSION", None)
+    if found != API_VERSION:
+        _warn_once(f"msglake_native is from another msglake version (API {found}, these codecs need {API_VERSION})")
         return None
     return msglake_native
 
 
-def _warn_once() -> None:
+def _warn_once(why: str) -> None:
     global _warned
     if not _warned:
         _warned = True
-        warnings.warn("msglake_native is not installed, decoding with the slower Python path; build it with "
-                      "`make setup` or `pip install ./native` (needs Rust/cargo, https://rustup.rs)",
-                      RuntimeWarning, stacklevel=3)
+        warnings.warn(f"{why}, decoding with the slower Python path; build it with `make setup` or "
+                      "`pip install ./native` (needs Rust/cargo, https://rustup.rs)", RuntimeWarning, stacklevel=3)
 
 
 def strings(offsets_data: tuple, valid: np.ndarray | None = None, typ: pa.DataType = pa.string()) -> pa.Array:

@@ -229,8 +229,13 @@ fn derived_columns<'py>(py: Python<'py>, d: &Bound<'py, PyDict>, x: rocketmq::co
     Ok(())
 }
 
+/// Bumped whenever a function's arguments or results change: `formats/native.py` uses the
+/// module only when it names the same version, so a stale build never meets newer codecs.
+const API_VERSION: u32 = 1;
+
 #[pymodule]
 fn msglake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("API_VERSION", API_VERSION)?;
     m.add_class::<buffers::Buffer>()?;
     m.add_function(wrap_pyfunction!(gather, m)?)?;
     m.add_function(wrap_pyfunction!(nsq_frame, m)?)?;

@@ -69,6 +69,16 @@ def test_without_the_extension_the_python_path_is_used_with_one_warning(monkeypa
 
 
 @needs_native
+def test_a_build_of_another_version_is_not_used(monkeypatch):
+    import msglake_native
+
+    monkeypatch.setattr(msglake_native, "API_VERSION", N.API_VERSION + 1)
+    monkeypatch.setattr(N, "_warned", False)
+    with pytest.warns(RuntimeWarning, match="another msglake version"):
+        assert N.core(True) is None
+
+
+@needs_native
 def test_the_switch_forces_the_python_path(monkeypatch):
     monkeypatch.setenv(N.ENV, "0")
     assert N.core() is None and NsqExtCodec()._core is None and RocketMqCommitLogCodec()._core is None
