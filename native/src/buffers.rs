@@ -8,7 +8,7 @@ use std::ffi::{c_int, c_void};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::{ffi, types::PyBytes};
+use pyo3::ffi;
 
 /// A read-only view of a Python buffer, held for the duration of one call.
 pub struct View {
@@ -51,19 +51,52 @@ impl I64s {
     }
 }
 
-/// A column of fixed-width values as a `bytes` object (native, little-endian order).
-pub fn column<'py, T: Copy>(py: Python<'py>, values: &[T]) -> Bound<'py, PyBytes> {
-    let n = std::mem::size_of_val(values);
-    // SAFETY: T is a plain number type; its bytes are read as they lie in memory.
-    let raw = unsafe { std::slice::from_raw_parts(values.as_ptr() as *const u8, n) };
-    PyBytes::new(py, raw)
+/// The values a [`Buffer`] owns: bytes, or numbers lent as their bytes.
+pub enum Data {
+    U8(Vec<u8>),
+    I16(Vec<i16>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+    U64(Vec<u64>),
 }
 
-/// Bytes made here, lent to Python through the buffer protocol: `pa.py_buffer` and
-/// `np.frombuffer` wrap them where they lie, so a large buffer (bodies) is never copied again.
+impl Data {
+    fn bytes(&self) -> &[u8] {
+        fn raw<T>(v: &[T]) -> &[u8] {
+            // SAFETY: plain number types, read as the bytes they lie in memory as.
+            unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+        }
+        match self {
+            Data::U8(v) => v,
+            Data::I16(v) => raw(v),
+            Data::I32(v) => raw(v),
+            Data::I64(v) => raw(v),
+            Data::U64(v) => raw(v),
+        }
+    }
+}
+
+/// Number vectors a [`Buffer`] can own.
+pub trait Values {
+    fn into_data(self) -> Data;
+}
+
+macro_rules! values {
+    ($($t:ty => $v:ident),*) => {$(
+        impl Values for Vec<$t> {
+            fn into_data(self) -> Data {
+                Data::$v(self)
+            }
+        }
+    )*};
+}
+values!(u8 => U8, i16 => I16, i32 => I32, i64 => I64, u64 => U64);
+
+/// Values made here, lent to Python through the buffer protocol: `pa.py_buffer` and
+/// `np.frombuffer` wrap them where they lie, so no column is copied again.
 #[pyclass(frozen, module = "msglake_native")]
 pub struct Buffer {
-    data: Vec<u8>,
+    data: Data,
 }
 
 #[pymethods]
@@ -72,7 +105,7 @@ impl Buffer {
     /// Called by Python with a valid `view`; the data lives as long as this object, which
     /// the view holds a reference to (`PyBuffer_FillInfo` takes it), and is never resized.
     unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
-        let data = &slf.get().data;
+        let data = slf.get().data.bytes();
         let rc = ffi::PyBuffer_FillInfo(view, slf.as_ptr(), data.as_ptr() as *mut c_void, data.len() as ffi::Py_ssize_t,
                                         1, flags);
         if rc == -1 {
@@ -83,14 +116,18 @@ impl Buffer {
 
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
 
+    /// Length in bytes.
     fn __len__(&self) -> usize {
-        self.data.len()
+        self.data.bytes().len()
     }
 }
 
-/// `data` handed to Python without a copy.
-pub fn lend(py: Python<'_>, data: Vec<u8>) -> PyResult<Bound<'_, Buffer>> {
-    Bound::new(py, Buffer { data })
+/// A column of values handed to Python without a copy.
+pub fn column<T>(py: Python<'_>, values: Vec<T>) -> PyResult<Bound<'_, Buffer>>
+where
+    Vec<T>: Values,
+{
+    Bound::new(py, Buffer { data: values.into_data() })
 }
 
 /// Variable-length values (binary or UTF-8) as Arrow's int32 offsets and one data buffer.
@@ -112,10 +149,10 @@ impl Binary {
         self.offsets.push(self.data.len() as i32);
     }
 
-    /// (int32 offsets, data) for Python; the data is lent, not copied.
-    pub fn into_py(self, py: Python<'_>) -> PyResult<(Bound<'_, PyBytes>, Bound<'_, Buffer>)> {
+    /// (int32 offsets, data) for Python, lent, not copied.
+    pub fn into_py(self, py: Python<'_>) -> PyResult<(Bound<'_, Buffer>, Bound<'_, Buffer>)> {
         let offsets = if self.offsets.is_empty() { vec![0] } else { self.offsets };
-        Ok((column(py, &offsets), lend(py, self.data)?))
+        Ok((column(py, offsets)?, column(py, self.data)?))
     }
 }
 

@@ -13,14 +13,14 @@ mod read;
 mod rocketmq;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::PyDict;
 
 use buffers::{column, gather as gather_slices, I64s, View};
 
 /// `buf[starts[i]:ends[i]]` concatenated: (int32 offsets, data), for an Arrow binary array.
 #[pyfunction]
 fn gather<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, starts: &Bound<'py, PyAny>, ends: &Bound<'py, PyAny>)
-    -> PyResult<(Bound<'py, PyBytes>, Bound<'py, buffers::Buffer>)> {
+    -> PyResult<(Bound<'py, buffers::Buffer>, Bound<'py, buffers::Buffer>)> {
     let (buf, starts, ends) = (View::new(buf)?, I64s::new(starts)?, I64s::new(ends)?);
     let out = py.allow_threads(|| gather_slices(buf.bytes(), starts.values(), ends.values()));
     out.into_py(py)
@@ -29,10 +29,10 @@ fn gather<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, starts: &Bound<'py, PyA
 /// NSQ: the records of `buf[start:end]`: (int64 positions, stop, kind, bad length prefix).
 #[pyfunction]
 fn nsq_frame<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64)
-    -> PyResult<(Bound<'py, PyBytes>, i64, &'static str, i64)> {
+    -> PyResult<(Bound<'py, buffers::Buffer>, i64, &'static str, i64)> {
     let view = View::new(buf)?;
     let fr = py.allow_threads(|| nsq::framing::frame(view.bytes(), start, end));
-    Ok((column(py, &fr.positions), fr.stop, fr.kind.name(), fr.bad))
+    Ok((column(py, fr.positions)?, fr.stop, fr.kind.name(), fr.bad))
 }
 
 /// NSQ: the walk without records: (stop, kind, boundaries about `every` bytes apart).
@@ -62,16 +62,16 @@ fn nsq_fields<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, positions: &Bound<'
     let f = py.allow_threads(|| nsq::fields::read(view.bytes(), positions.values(), lengths.values()));
     let d = PyDict::new(py);
     let ok: Vec<u8> = f.ok.iter().map(|&b| b as u8).collect();
-    d.set_item("ok", column(py, &ok))?;
+    d.set_item("ok", column(py, ok)?)?;
     d.set_item("reasons", f.reasons)?;
-    d.set_item("ts_ns", column(py, &f.ts_ns))?;
-    d.set_item("attempts", column(py, &f.attempts))?;
-    d.set_item("msg_id", column(py, &f.msg_id))?;
-    d.set_item("trace", column(py, &f.trace))?;
-    d.set_item("ver", column(py, &f.ver))?;
-    d.set_item("ext_start", column(py, &f.ext_start))?;
-    d.set_item("ext_end", column(py, &f.ext_end))?;
-    d.set_item("body_start", column(py, &f.body_start))?;
+    d.set_item("ts_ns", column(py, f.ts_ns)?)?;
+    d.set_item("attempts", column(py, f.attempts)?)?;
+    d.set_item("msg_id", column(py, f.msg_id)?)?;
+    d.set_item("trace", column(py, f.trace)?)?;
+    d.set_item("ver", column(py, f.ver)?)?;
+    d.set_item("ext_start", column(py, f.ext_start)?)?;
+    d.set_item("ext_end", column(py, f.ext_end)?)?;
+    d.set_item("body_start", column(py, f.body_start)?)?;
     Ok(d)
 }
 
@@ -84,11 +84,11 @@ fn nsq_scan_headers<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, starts: &Boun
         return Ok(None);
     };
     let d = PyDict::new(py);
-    d.set_item("counts", column(py, &p.counts))?;
+    d.set_item("counts", column(py, p.counts)?)?;
     d.set_item("names", p.names)?;
-    d.set_item("code", column(py, &p.code))?;
+    d.set_item("code", column(py, p.code)?)?;
     let is_int: Vec<u8> = p.is_int.iter().map(|&b| b as u8).collect();
-    d.set_item("is_int", column(py, &is_int))?;
+    d.set_item("is_int", column(py, is_int)?)?;
     d.set_item("texts", p.texts.into_py(py)?)?;
     Ok(Some(d))
 }
@@ -99,10 +99,10 @@ fn nsq_scan_headers<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, starts: &Boun
 #[allow(clippy::type_complexity)]
 fn rmq_walk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64, hard_end: i64, phys_base: i64,
                  file_end: i64)
-    -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, i64, &'static str, String, i64)> {
+    -> PyResult<(Bound<'py, buffers::Buffer>, Bound<'py, buffers::Buffer>, i64, &'static str, String, i64)> {
     let view = View::new(buf)?;
     let fr = py.allow_threads(|| rocketmq::framing::walk(view.bytes(), start, end, hard_end, phys_base, file_end));
-    Ok((column(py, &fr.positions), column(py, &fr.lengths), fr.stop, fr.kind.name(), fr.why, fr.need))
+    Ok((column(py, fr.positions)?, column(py, fr.lengths)?, fr.stop, fr.kind.name(), fr.why, fr.need))
 }
 
 /// RocketMQ: why the record of TOTALSIZE `size` at `pos` cannot be one, or None.
@@ -131,33 +131,33 @@ fn rmq_records<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, positions: &Bound<
     });
     let d = PyDict::new(py);
     d.set_item("reasons", m.reasons)?;
-    d.set_item("outer", column(py, &m.outer))?;
-    d.set_item("pos", column(py, &m.pos))?;
-    d.set_item("flag", column(py, &m.flag))?;
-    d.set_item("crc", column(py, &m.crc))?;
-    d.set_item("length", column(py, &m.length))?;
-    d.set_item("queue_id", column(py, &m.queue_id))?;
-    d.set_item("queue_offset", column(py, &m.queue_offset))?;
-    d.set_item("physical_offset", column(py, &m.physical_offset))?;
-    d.set_item("sysflag", column(py, &m.sysflag))?;
-    d.set_item("born_ms", column(py, &m.born_ms))?;
-    d.set_item("store_ms", column(py, &m.store_ms))?;
-    d.set_item("reconsume", column(py, &m.reconsume))?;
-    d.set_item("prepared", column(py, &m.prepared))?;
+    d.set_item("outer", column(py, m.outer)?)?;
+    d.set_item("pos", column(py, m.pos)?)?;
+    d.set_item("flag", column(py, m.flag)?)?;
+    d.set_item("crc", column(py, m.crc)?)?;
+    d.set_item("length", column(py, m.length)?)?;
+    d.set_item("queue_id", column(py, m.queue_id)?)?;
+    d.set_item("queue_offset", column(py, m.queue_offset)?)?;
+    d.set_item("physical_offset", column(py, m.physical_offset)?)?;
+    d.set_item("sysflag", column(py, m.sysflag)?)?;
+    d.set_item("born_ms", column(py, m.born_ms)?)?;
+    d.set_item("store_ms", column(py, m.store_ms)?)?;
+    d.set_item("reconsume", column(py, m.reconsume)?)?;
+    d.set_item("prepared", column(py, m.prepared)?)?;
     d.set_item("topic", m.topic.into_py(py)?)?;
     d.set_item("body", m.body.into_py(py)?)?;
     d.set_item("born_host", m.born_host.out.into_py(py)?)?;
     d.set_item("store_host", m.store_host.out.into_py(py)?)?;
     d.set_item("message_id", m.message_id.into_py(py)?)?;
     let p = m.props;
-    d.set_item("prop_rows", column(py, &p.rows))?;
+    d.set_item("prop_rows", column(py, p.rows)?)?;
     d.set_item("prop_keys", p.keys.into_py(py)?)?;
     d.set_item("prop_values", p.values.into_py(py)?)?;
-    d.set_item("prop_codes", column(py, &p.codes))?;
+    d.set_item("prop_codes", column(py, p.codes)?)?;
     d.set_item("prop_names", p.names)?;
     d.set_item("uniq_first", p.uniq_first.into_py(py)?)?;
     let valid: Vec<u8> = p.uniq_first_valid.iter().map(|&b| b as u8).collect();
-    d.set_item("uniq_first_valid", column(py, &valid))?;
+    d.set_item("uniq_first_valid", column(py, valid)?)?;
     derived_columns(py, &d, m.derived)?;
     Ok(d)
 }
@@ -188,19 +188,19 @@ fn nsq_columns_dict(py: Python<'_>, c: nsq::headers::Columns) -> PyResult<Bound<
     let [priority, durability, delay] = c.ints;
     for (name, col) in [("bornTimestamp", born), ("startDeliverTime", start), ("expireTime", expire),
                         ("priority", priority), ("durability", durability), ("delayTime", delay)] {
-        d.set_item(name, (column(py, &col.ints), column(py, &bools(&col.valid))))?;
+        d.set_item(name, (column(py, col.ints)?, column(py, bools(&col.valid))?))?;
     }
     for (name, col) in [("bornHost", born_host), ("searchKey", search), ("transactionId", txn),
                         ("correlationId", correlation), ("traceId", c.trace), ("messageKey", c.message_key),
                         ("tags", c.tags), ("compression", c.compression)] {
         let (off, data) = col.bin.into_py(py)?;
-        d.set_item(name, (off, data, column(py, &bools(&col.valid))))?;
+        d.set_item(name, (off, data, column(py, bools(&col.valid))?))?;
     }
     let (koff, kdata) = c.keys.into_py(py)?;
-    d.set_item("keys", (column(py, &c.keys_offsets), column(py, &bools(&c.keys_valid)), koff, kdata))?;
-    d.set_item("headers", (column(py, &c.header_offsets), c.header_keys.into_py(py)?, c.header_values.into_py(py)?))?;
+    d.set_item("keys", (column(py, c.keys_offsets)?, column(py, bools(&c.keys_valid))?, koff, kdata))?;
+    d.set_item("headers", (column(py, c.header_offsets)?, c.header_keys.into_py(py)?, c.header_values.into_py(py)?))?;
     d.set_item("properties",
-               (column(py, &c.property_offsets), c.property_keys.into_py(py)?, c.property_values.into_py(py)?))?;
+               (column(py, c.property_offsets)?, c.property_keys.into_py(py)?, c.property_values.into_py(py)?))?;
     Ok(d)
 }
 
@@ -214,18 +214,18 @@ fn derived_columns<'py>(py: Python<'py>, d: &Bound<'py, PyDict>, x: rocketmq::co
                         ("sharding", x.sharding), ("transaction_id", x.transaction_id),
                         ("transaction_state", x.transaction_state), ("message_type", x.message_type)] {
         let (off, data) = col.bin.into_py(py)?;
-        d.set_item(name, (off, data, column(py, &bools(&col.valid))))?;
+        d.set_item(name, (off, data, column(py, bools(&col.valid))?))?;
     }
     for (name, col) in [("delay_ms", x.delay_ms), ("deliver_us", x.deliver_us), ("expire_us", x.expire_us)] {
-        d.set_item(name, (column(py, &col.values), column(py, &bools(&col.valid))))?;
+        d.set_item(name, (column(py, col.values)?, column(py, bools(&col.valid))?))?;
     }
     let (koff, kdata) = x.keys.into_py(py)?;
-    d.set_item("keys", (column(py, &x.keys_offsets), column(py, &bools(&x.keys_valid)), koff, kdata))?;
-    d.set_item("header_offsets", column(py, &x.header_offsets))?;
-    d.set_item("user_offsets", column(py, &x.user_offsets))?;
+    d.set_item("keys", (column(py, x.keys_offsets)?, column(py, bools(&x.keys_valid))?, koff, kdata))?;
+    d.set_item("header_offsets", column(py, x.header_offsets)?)?;
+    d.set_item("user_offsets", column(py, x.user_offsets)?)?;
     d.set_item("user_keys", x.user_keys.into_py(py)?)?;
     d.set_item("user_values", x.user_values.into_py(py)?)?;
-    d.set_item("system_copy", column(py, &bools(&x.system_copy)))?;
+    d.set_item("system_copy", column(py, bools(&x.system_copy))?)?;
     Ok(())
 }
 

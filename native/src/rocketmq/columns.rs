@@ -79,7 +79,7 @@ pub struct Derived {
     reserved_code: Vec<bool>,
     wanted_code: Vec<Option<usize>>,
     headers: i32,
-    last_topic: Option<(Vec<u8>, bool)>,
+    topics: Vec<(Vec<u8>, bool)>,
 }
 
 /// The property names the rules read, in the order of [`Derived::push`]'s lookups.
@@ -199,13 +199,17 @@ impl Derived {
         self.user_offsets.push(self.user_keys.offsets.len() as i32 - 1);
     }
 
+    /// Whether the topic is a system one, from the few topics of a chunk seen so far.
     fn push_system(&mut self, rules: &Rules, topic: &[u8]) {
-        let same = self.last_topic.as_ref().is_some_and(|(t, _)| t == topic);
-        if !same {
+        let known = self.topics.iter().find(|(t, _)| t == topic).map(|(_, s)| *s);
+        let system = known.unwrap_or_else(|| {
             let system = rules.system_topics.contains(topic) || topic.starts_with(&rules.system_prefix);
-            self.last_topic = Some((topic.to_vec(), system));
-        }
-        self.system_copy.push(self.last_topic.as_ref().is_some_and(|(_, s)| *s));
+            if self.topics.len() < 64 {
+                self.topics.push((topic.to_vec(), system));
+            }
+            system
+        });
+        self.system_copy.push(system);
     }
 }
 

@@ -169,6 +169,20 @@ impl Messages {
     }
 
     #[allow(clippy::too_many_arguments)]
+    /// Room for about `n` rows in the fixed-width columns (more for inner batches).
+    fn reserve(&mut self, n: usize) {
+        for v in [&mut self.outer, &mut self.pos, &mut self.length, &mut self.queue_offset, &mut self.physical_offset,
+                  &mut self.born_ms, &mut self.store_ms, &mut self.prepared] {
+            v.reserve(n);
+        }
+        for v in [&mut self.flag, &mut self.crc, &mut self.queue_id, &mut self.sysflag, &mut self.reconsume] {
+            v.reserve(n);
+        }
+        self.message_id.data.reserve(32 * n);
+        self.message_id.offsets.reserve(n);
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn push<'a>(&mut self, buf: &'a [u8], i: usize, r: &Record, index: i64, mini: &Mini, names: &mut Names<'a>,
                 kept: &mut Kept<'a>, rules: &Rules) {
         let p = r.p;
@@ -230,6 +244,7 @@ pub fn decode(buf: &[u8], positions: &[i64], lengths: &[i64], verify_crc: bool, 
     // Bodies are most of the bytes: room for all of them at once, so growing never copies
     // them (pages are only touched as they are written).
     out.body.data.reserve(lengths.iter().sum::<i64>().max(0) as usize);
+    out.reserve(positions.len());
     let mut names = Names::default();
     let mut kept = Kept::default();
     for (i, (&p, &size)) in positions.iter().zip(lengths).enumerate() {
