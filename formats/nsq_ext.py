@@ -47,7 +47,7 @@ from msglake.formats import nsq_headers as H
 from msglake.formats import nsq_layout as L
 from msglake.formats import native as NV
 from msglake.formats.native import core as native_core
-from msglake.formats.options import HostPort, Options
+from msglake.formats.options import CodecOptions, HostPort
 from msglake.schemas.messages import DEFAULT_PRIORITY, TS
 
 NAME = "nsq-ext"
@@ -363,7 +363,7 @@ def decode_chunk(
     return ChunkDecode(source_batch(columns, m), int((n[rows] + 4).sum()))
 
 
-class NsqExtOptions(Options):
+class NsqExtOptions(CodecOptions):
     """Options of the ``nsq-ext`` format."""
 
     #: Value of ``storeHost`` for every row: nsqd's segments do not record the broker's address.
@@ -379,21 +379,18 @@ class NsqExtCodec:
         The format's options; or give them as keywords (``NsqExtCodec(storeHost="10.0.0.5:4150")``).
     chunk_bytes : int
         Bytes decoded per step.
-    native : bool, optional
-        Use the native core (default: unless ``MSGLAKE_NATIVE=0``); False forces the Python path.
     """
 
     name = NAME
     source_format = SOURCE_FORMAT
     Options = NsqExtOptions
 
-    def __init__(self, options: NsqExtOptions | None = None, /, *, chunk_bytes: int = CHUNK_BYTES,
-                 native: bool | None = None, **fields):
+    def __init__(self, options: NsqExtOptions | None = None, /, *, chunk_bytes: int = CHUNK_BYTES, **fields):
         self.options = options if options is not None else NsqExtOptions(**fields)
         self.store_host = self.options.storeHost
         self.chunk_bytes = chunk_bytes
-        self._native = native
-        self._core = native_core(native)
+        self._native = self.options.native
+        self._core = native_core(self._native)
         # path -> (size walked, boundary found): segments without a writer meta are walked
         # once, then only their new bytes.
         self._walked: dict[str, tuple[int, int, str]] = {}

@@ -42,7 +42,7 @@ from msglake.formats import rocketmq_layout as L
 from msglake.formats import rocketmq_properties as P
 from msglake.formats import native as NV
 from msglake.formats.native import core as native_core
-from msglake.formats.options import Options, PositiveInt
+from msglake.formats.options import CodecOptions, PositiveInt
 from msglake.formats.base import (
     MAX_QUARANTINE_CHUNK,
     DecodeResult,
@@ -572,7 +572,7 @@ def _delay_table(v: str) -> str:
     return v
 
 
-class RocketMqOptions(Options):
+class RocketMqOptions(CodecOptions):
     """Options of the ``rocketmq-commitlog`` format."""
 
     #: The broker's ``messageDelayLevel`` table, for ``delayTime`` of DELAY-level messages.
@@ -596,19 +596,16 @@ class RocketMqCommitLogCodec:
         The format's options; or give them as keywords (``RocketMqCommitLogCodec(verifyCrc=False)``).
     chunk_bytes : int
         Bytes decoded per step.
-    native : bool, optional
-        Use the native core (default: unless ``MSGLAKE_NATIVE=0``); False forces the Python path.
     """
 
     name = NAME
     source_format = SOURCE_FORMAT
     Options = RocketMqOptions
 
-    def __init__(self, options: RocketMqOptions | None = None, /, *, chunk_bytes: int = CHUNK_BYTES,
-                 native: bool | None = None, **fields):
+    def __init__(self, options: RocketMqOptions | None = None, /, *, chunk_bytes: int = CHUNK_BYTES, **fields):
         self.options = options if options is not None else RocketMqOptions(**fields)
-        self._native = native
-        self._core = native_core(native)
+        self._native = self.options.native
+        self._core = native_core(self._native)
         self.delay_levels = np.asarray(L.parse_delay_levels(self.options.delayLevels), np.int64)
         self.decompress = self.options.decompress
         self.verify_crc = self.options.verifyCrc

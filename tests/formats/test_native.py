@@ -22,7 +22,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from msglake.formats import native as N
 from msglake.formats.base import decode_root
+from msglake.errors import ConfigError
 from msglake.formats.nsq_ext import NsqExtCodec
+from msglake.formats.registry import codec_class, get_codec
 from msglake.formats.rocketmq_commitlog import RocketMqCommitLogCodec
 from msglake.samples import nsq as nsq_samples, rocketmq as rocketmq_samples
 from msglake.samples.nsq_writer import NsqQueueWriter
@@ -85,6 +87,18 @@ def test_the_switch_forces_the_python_path(monkeypatch):
     monkeypatch.setenv(N.ENV, "1")
     assert N.core() is not None and N.core(False) is None
     assert RocketMqCommitLogCodec()._core is not None and RocketMqCommitLogCodec(native=False)._core is None
+
+
+@needs_native
+@pytest.mark.parametrize("fmt", ["nsq-ext", "rocketmq-commitlog"])
+def test_the_native_option_is_one_of_each_codecs_options(fmt, monkeypatch):
+    monkeypatch.delenv(N.ENV, raising=False)
+    options = codec_class(fmt).Options
+    assert get_codec(fmt, options.from_strings({"native": "false"}, "source"))._core is None
+    assert get_codec(fmt, options.from_strings({"Native": ""}, "source"))._core is not None  # unset: the default
+    assert get_codec(fmt, {"native": True})._core is not None
+    with pytest.raises(ConfigError, match="native"):
+        options.from_strings({"native": "maybe"}, "source")
 
 
 @needs_native
