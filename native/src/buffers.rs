@@ -10,6 +10,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::ffi;
 
+use crate::read::{prefetch, AHEAD};
+
 /// A read-only view of a Python buffer, held for the duration of one call.
 pub struct View {
     buf: PyBuffer<u8>,
@@ -160,7 +162,10 @@ impl Binary {
 pub fn gather(buf: &[u8], starts: &[i64], ends: &[i64]) -> Binary {
     let total: i64 = starts.iter().zip(ends).map(|(a, b)| b - a).sum();
     let mut out = Binary::with_capacity(starts.len(), total.max(0) as usize);
-    for (&a, &b) in starts.iter().zip(ends) {
+    for (i, (&a, &b)) in starts.iter().zip(ends).enumerate() {
+        if let Some(&ahead) = starts.get(i + AHEAD) {
+            prefetch(buf, ahead);
+        }
         out.push(&buf[a as usize..b as usize]);
     }
     out

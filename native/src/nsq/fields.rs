@@ -6,7 +6,7 @@
 //! ```
 //! Reasons are worded exactly as `formats/nsq_ext.py::decode_chunk` words them.
 
-use crate::read::{be_i64, be_u16, be_u64};
+use crate::read::{be_i64, be_u16, be_u64, prefetch, AHEAD};
 
 pub const HEADER_SIZE: i64 = 26;
 const MAX_ATTEMPTS: u16 = 4000;
@@ -91,6 +91,9 @@ fn ext_block(buf: &[u8], s: i64, n: i64, raw_attempts: u16) -> Result<Ext, Strin
 pub fn read(buf: &[u8], positions: &[i64], lengths: &[i64]) -> Fields {
     let mut f = Fields::with_capacity(positions.len());
     for (i, (&p, &n)) in positions.iter().zip(lengths).enumerate() {
+        if let Some(&ahead) = positions.get(i + AHEAD) {
+            prefetch(buf, ahead);
+        }
         let s = p + 4;
         let checked = if n < HEADER_SIZE {
             Err(format!("record length {n} is below the {HEADER_SIZE}-byte minimum"))

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 
 use crate::buffers::Binary;
 use crate::hash::FnvBuild;
+use crate::read::{prefetch, AHEAD};
 
 /// Longest integer read here (an int64 holds any 18-digit number).
 pub const MAX_DIGITS: usize = 18;
@@ -106,7 +107,10 @@ pub fn scan(buf: &[u8], starts: &[i64], ends: &[i64]) -> Option<Pairs> {
     out.texts = Binary::with_capacity(starts.len() * 8, bytes.max(0) as usize);
     let mut codes: HashMap<&[u8], i64, FnvBuild> = HashMap::default();
     let (mut pairs, mut previous): (Vec<Pair>, Vec<(&[u8], i64)>) = (Vec::new(), Vec::new());
-    for (&a, &e) in starts.iter().zip(ends) {
+    for (i, (&a, &e)) in starts.iter().zip(ends).enumerate() {
+        if let Some(&ahead) = starts.get(i + AHEAD) {
+            prefetch(buf, ahead);
+        }
         header(&buf[a as usize..e as usize], &mut pairs)?;
         out.counts.push(pairs.len() as i64);
         for (j, &(key, is_int, value)) in pairs.iter().enumerate() {

@@ -14,7 +14,7 @@ use super::layout::{body_length_at, host_width, BORNHOST_V6_FLAG, BORN_HOST_AT, 
 use super::properties;
 use crate::buffers::Binary;
 use crate::hash::FnvBuild;
-use crate::read::{be_i16, be_i32, be_i64};
+use crate::read::{be_i16, be_i32, be_i64, prefetch, AHEAD};
 
 /// Epoch milliseconds a Spark TIMESTAMP holds (years 1..9999).
 const MS_MIN: i64 = -62_135_596_800_000;
@@ -248,6 +248,10 @@ pub fn decode(buf: &[u8], positions: &[i64], lengths: &[i64], verify_crc: bool, 
     let mut names = Names::default();
     let mut kept = Kept::default();
     for (i, (&p, &size)) in positions.iter().zip(lengths).enumerate() {
+        if let Some(&ahead) = positions.get(i + AHEAD) {
+            prefetch(buf, ahead); // TOTALSIZE .. BORNHOST
+            prefetch(buf, ahead + 64); // STOREHOST .. BODYLENGTH, the body's start
+        }
         let r = Record::at(buf, p, size);
         match r.check(buf, verify_crc) {
             Err(why) => out.reasons.push((i, why)),
