@@ -7,7 +7,7 @@ JARS   := .jars
 # Groups pyspark already ships in pyspark/jars: keep one copy of each on the classpath.
 JAR_EXCLUDES := org.scala-lang,org.apache.hadoop,com.fasterxml.jackson.core,com.fasterxml.jackson.datatype,org.apache.parquet,org.roaringbitmap,io.airlift,org.apache.logging.log4j,org.slf4j,commons-logging,commons-pool,org.locationtech.jts,com.google.code.findbugs,org.xerial.snappy,com.github.luben,javax.annotation
 
-.PHONY: setup demo test test-fast bench clean-demo help
+.PHONY: setup demo test test-fast test-native bench clean-demo help
 .DEFAULT_GOAL := help
 
 help:
@@ -15,13 +15,25 @@ help:
 	@echo "make test   - run the test suite (what CI runs)"
 	@echo "make test-fast - the quick lane for development: no Spark jobs end to end, subprocesses or notebooks"
 	@echo "make bench  - run the ingest and streaming benchmarks (see benchmarks/)"
-	@echo "make setup  - only create .venv, install msglake and fetch the Delta jars"
+	@echo "make setup  - only create .venv, install msglake (and build its native codec core) and fetch the Delta jars"
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
+
+# The native codec core (native/, Rust): built from source into .venv. Without cargo, or if the
+# build fails, the codecs use their Python path (an older build is removed, not kept half
+# matching the code); one line says what to install.
+NATIVE_SRC := $(wildcard native/src/*.rs native/src/*/*.rs) native/Cargo.toml native/Cargo.lock native/pyproject.toml
+NATIVE_LOG  := $(VENV)/native-build.log
+NATIVE_HINT := msglake: native codec core not built (log: $(NATIVE_LOG)), decoding with the slower Python path; install Rust with cargo (https://rustup.rs), then make setup
+
+$(BIN)/.native: $(BIN)/.installed $(NATIVE_SRC)
+	@if command -v cargo >/dev/null 2>&1 && $(BIN)/pip install ./native >$(NATIVE_LOG) 2>&1; then touch $@; \
+	else command -v cargo >/dev/null 2>&1 || echo "cargo not found" >$(NATIVE_LOG); \
+	    $(BIN)/pip uninstall --quiet --yes msglake-native >/dev/null 2>&1; echo "$(NATIVE_HINT)"; fi
 
 $(JARS)/.complete: jars/pom.xml
 	@command -v mvn >/dev/null || { echo "Maven (mvn) is needed once to fetch the Delta jars from Maven Central"; exit 1; }
@@ -30,19 +42,25 @@ $(JARS)/.complete: jars/pom.xml
 	    -DincludeScope=runtime -DexcludeGroupIds=$(JAR_EXCLUDES) -DoutputDirectory=$(abspath $(JARS))
 	touch $@
 
-setup: $(BIN)/.installed $(JARS)/.complete
+setup: $(BIN)/.installed $(BIN)/.native $(JARS)/.complete
 
 demo: setup
 	$(BIN)/msglake demo
 
-test: setup
+test: setup test-native
 	$(BIN)/python -m pytest
+
+# The crate's own unit tests (framing, fields, headers, properties); a few seconds.
+test-native:
+	@if command -v cargo >/dev/null 2>&1; then PYO3_PYTHON=$(abspath $(BIN)/python) cargo test --quiet --release \
+	    --manifest-path native/Cargo.toml; else echo "cargo not found: the native crate's tests are skipped"; fi
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow"
 
 bench: setup
 	$(BIN)/python benchmarks/suite.py
+	$(BIN)/python benchmarks/bench_decode.py
 	$(BIN)/python benchmarks/bench_ingest.py --format nsq-ext
 	$(BIN)/python benchmarks/bench_ingest.py --format rocketmq-commitlog
 	$(BIN)/python benchmarks/bench_stream.py

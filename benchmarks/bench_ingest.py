@@ -26,12 +26,12 @@ DEFAULT_SEGMENT_BYTES = {"nsq-ext": 100 << 20, "rocketmq-commitlog": 1 << 30}
 def ensure_data(fmt: str, data: Path, messages: int, segment_bytes: int | None = None) -> int:
     """Generate ``messages`` messages of ``fmt`` under ``data`` once (no bad inputs), return the
     messages (records) written. A ``.complete`` marker holding that count says the set is whole."""
-    from msglake.pipelines.cli import _generate
+    from msglake.samples import generate
 
     if not (data / ".complete").exists():
         shutil.rmtree(data, ignore_errors=True)
         t = time.monotonic()
-        truth = _generate(fmt, str(data), messages, segment_bytes=segment_bytes or DEFAULT_SEGMENT_BYTES[fmt],
+        truth = generate(fmt, str(data), messages, segment_bytes=segment_bytes or DEFAULT_SEGMENT_BYTES[fmt],
                           bad_inputs=False)
         (data / ".complete").write_text(str(len(truth.messages)))
         print(f"generated {len(truth.messages):,} messages in {time.monotonic() - t:.1f}s", flush=True)

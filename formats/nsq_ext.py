@@ -11,6 +11,10 @@ field is then read for all records of a chunk at once with NumPy. JSON headers a
 for the whole chunk at once with NumPy when they are all simple, else parsed one by one
 (orjson, mapped over the chunk in one call), and turned into columns for the whole chunk
 (:mod:`msglake.formats.nsq_headers`); version-2 tags are checked with Arrow kernels.
+
+When the native core is installed (:mod:`msglake.formats.native`, built from ``native/``),
+the walk, the fixed fields and their checks, simple headers and their columns, and the
+bodies come from it; the steps here stay the reference it is tested against.
 """
 from __future__ import annotations
 
@@ -41,7 +45,9 @@ from msglake.formats.base import (
 )
 from msglake.formats import nsq_headers as H
 from msglake.formats import nsq_layout as L
-from msglake.formats.options import HostPort, Options
+from msglake.formats import native as NV
+from msglake.formats.native import core as native_core
+from msglake.formats.options import CodecOptions, HostPort
 from msglake.schemas.messages import DEFAULT_PRIORITY, TS
 
 NAME = "nsq-ext"
@@ -74,8 +80,8 @@ class Framing:
     bad_length: int = 0
 
 
-def frame(buf, start: int, end: int) -> Framing:
-    """Walk the length prefixes of ``buf[start:end]``.
+def frame(buf, start: int, end: int, core=None) -> Framing:
+    """Walk the length prefixes of ``buf[start:end]`` (with the native ``core`` when given).
 
     Examples
     --------
@@ -83,6 +89,9 @@ def frame(buf, start: int, end: int) -> Framing:
     >>> fr.positions.tolist(), fr.stop, fr.stop_kind
     ([0], 5, 'incomplete')
     """
+    if core is not None:
+        raw, pos, kind, bad = core.nsq_frame(buf, start, end)
+        return _framing(np.frombuffer(raw, np.int64), pos, kind, bad)
     positions: list[int] = []
     append = positions.append
     unpack = _LEN.unpack_from
@@ -101,22 +110,27 @@ def frame(buf, start: int, end: int) -> Framing:
     else:
         if pos < end:  # a cut length prefix
             kind = "incomplete"
-    at = np.asarray(positions, np.int64)
+    return _framing(np.asarray(positions, np.int64), pos, kind, bad)
+
+
+def _framing(at: np.ndarray, pos: int, kind: str, bad: int) -> Framing:
     lengths = np.diff(at, append=pos) - 4 if len(at) else np.zeros(0, np.int64)
     return Framing(at, lengths, pos, kind, bad)
 
 
-def last_boundary(path: str, start: int, end: int) -> tuple[int, str]:
+def last_boundary(path: str, start: int, end: int, core=None) -> tuple[int, str]:
     """Position after the last complete record in ``[start, end)`` of a file, and why it stopped."""
     if end <= start:
         return start, "end"
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        fr = _walk(mm, start, min(end, len(mm)), every=None)
+        fr = _walk(mm, start, min(end, len(mm)), None, core)
     return fr[0], fr[1]
 
 
-def _walk(mm, start: int, end: int, every: int | None):
+def _walk(mm, start: int, end: int, every: int | None, core=None):
     """Length-prefix walk without collecting records; optionally a boundary every ``every`` bytes."""
+    if core is not None:
+        return core.nsq_walk(mm, start, end, every)
     unpack = _LEN.unpack_from
     pos, mark, cuts = start, start, []
     while pos + 4 <= end:
@@ -136,32 +150,39 @@ def _walk(mm, start: int, end: int, every: int | None):
 
 
 @dataclass
-class ChunkDecode:
-    """Decoded records of one chunk, before they become an Arrow batch."""
+class _Fields:
+    """Fixed header and ext block of every record of a chunk, and which records fail a check."""
 
-    batch: pa.RecordBatch | None
-    decoded_bytes: int
+    ok: np.ndarray
+    reason: np.ndarray  # object: the first failed check's words, None where ok
+    ts_ns: np.ndarray
+    attempts: np.ndarray
+    msg_id: np.ndarray
+    trace: np.ndarray
+    ver: np.ndarray  # -1 without an ext block
+    has_len: np.ndarray  # the ext version has a length and data
+    ext_start: np.ndarray
+    ext_len: np.ndarray
+    body_start: np.ndarray
 
 
-def decode_chunk(
-    buf: np.ndarray,
-    base: int,
-    fr: Framing,
-    seg: SegmentInfo,
-    store_host: str | None,
-    quarantine: QuarantineBuilder,
-) -> ChunkDecode:
-    """Decode the framed records of ``buf`` (file bytes starting at file position ``base``)."""
-    pos, n = fr.positions, fr.lengths
-    if len(pos) == 0:
-        return ChunkDecode(None, 0)
-    if seg.problem is not None:
-        for p, ln in zip(pos.tolist(), n.tolist()):
-            quarantine.add(base + p, buf[p : p + 4 + ln].tobytes(), seg.problem)
-        return ChunkDecode(None, 0)
+def _native_fields(buf: np.ndarray, pos: np.ndarray, n: np.ndarray, core) -> _Fields:
+    """:func:`_python_fields` by the native core, in one pass over the records."""
+    d = core.nsq_fields(buf, pos, n)
+    ok = np.frombuffer(d["ok"], np.bool_).copy()
+    reason = np.full(len(pos), None, dtype=object)
+    for i, why in d["reasons"]:
+        reason[i] = why
+    ver = np.frombuffer(d["ver"], np.int16).astype(np.int64)
+    ext_start, ext_end = np.frombuffer(d["ext_start"], np.int64), np.frombuffer(d["ext_end"], np.int64)
+    return _Fields(ok, reason, np.frombuffer(d["ts_ns"], np.int64), np.frombuffer(d["attempts"], np.int32),
+                   np.frombuffer(d["msg_id"], np.uint64), np.frombuffer(d["trace"], np.uint64), ver,
+                   ok & (ver > NO_EXT_VER), ext_start, ext_end - ext_start, np.frombuffer(d["body_start"], np.int64))
 
+
+def _python_fields(buf: np.ndarray, pos: np.ndarray, n: np.ndarray, core=None) -> _Fields:
+    """Every field of the fixed header and the ext block, for all records at once (NumPy)."""
     s = pos + 4  # message start
-    rec_end = s + n
     ok = n >= HEADER_SIZE
     reason = np.full(len(pos), None, dtype=object)
     reason[~ok] = [f"record length {v} is below the {HEADER_SIZE}-byte minimum" for v in n[~ok]]
@@ -202,11 +223,67 @@ def decode_chunk(
     ext_start = s + HEADER_SIZE + 3
     body_start = np.where(has_len, ext_start + ext_len, np.where(ok & ext, s + HEADER_SIZE + 1, s + HEADER_SIZE))
 
+    return _Fields(ok, reason, ts_ns, attempts, msg_id, trace, np.where(ext, ver, -1), has_len, ext_start,
+                   ext_len, body_start)
+
+
+def _native_gather(core):
+    """:func:`msglake.formats.base.gather_slices` by the native core (one copy of the bytes taken)."""
+    def gather(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        off, data = core.gather(buf, starts.astype(np.int64), ends.astype(np.int64))
+        return np.frombuffer(off, np.int32), np.frombuffer(data, np.uint8)
+    return gather
+
+
+def _native_scanner(core):
+    """:func:`msglake.formats.nsq_json.scan` by the native core: the same pairs, or None."""
+    def scan(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> H.Pairs | None:
+        d = core.nsq_scan_headers(buf, starts.astype(np.int64), ends.astype(np.int64))
+        if d is None:
+            return None
+        return H.Pairs(np.frombuffer(d["counts"], np.int64), d["names"], np.frombuffer(d["code"], np.int64),
+                       np.frombuffer(d["is_int"], np.bool_), NV.strings(d["texts"]))
+    return scan
+
+
+@dataclass
+class ChunkDecode:
+    """Decoded records of one chunk, before they become an Arrow batch."""
+
+    batch: pa.RecordBatch | None
+    decoded_bytes: int
+
+
+def decode_chunk(
+    buf: np.ndarray,
+    base: int,
+    fr: Framing,
+    seg: SegmentInfo,
+    store_host: str | None,
+    quarantine: QuarantineBuilder,
+    core=None,
+) -> ChunkDecode:
+    """Decode the framed records of ``buf`` (file bytes starting at file position ``base``)."""
+    pos, n = fr.positions, fr.lengths
+    if len(pos) == 0:
+        return ChunkDecode(None, 0)
+    if seg.problem is not None:
+        for p, ln in zip(pos.tolist(), n.tolist()):
+            quarantine.add(base + p, buf[p : p + 4 + ln].tobytes(), seg.problem)
+        return ChunkDecode(None, 0)
+
+    rec_end = pos + 4 + n
+    f = (_python_fields if core is None else _native_fields)(buf, pos, n, core)
+    ok, reason, ver, has_len, ext_start, ext_len = f.ok, f.reason, f.ver, f.has_len, f.ext_start, f.ext_len
+    ts_ns, attempts, msg_id, trace, body_start = f.ts_ns, f.attempts, f.msg_id, f.trace, f.body_start
+
     # Ext data: JSON headers (version 4) and tags (version 2), parsed where present.
     with_ext = np.flatnonzero(has_len)
     json_rows = with_ext[ver[with_ext] == JSON_HEADER_EXT_VER]
-    # Simple headers (the usual ones) are read with NumPy; any other chunk with orjson.
-    scanned = H.scan_headers(buf, ext_start[json_rows], (ext_start + ext_len)[json_rows])
+    # Simple headers (the usual ones) are read without Python objects (NumPy, or the native
+    # core); any other chunk with orjson.
+    scanned = H.scan_headers(buf, ext_start[json_rows], (ext_start + ext_len)[json_rows],
+                             None if core is None else _native_scanner(core))
     if scanned is not None:
         docs, accepted, refused = scanned
     else:
@@ -250,7 +327,7 @@ def decode_chunk(
     doc_where = row_index[np.asarray(doc_rows, np.int64)]
     tag_where = row_index[np.asarray(tag_rows, np.int64)]
 
-    columns = H.header_columns(docs, doc_where, m)
+    columns = H.header_columns(docs, doc_where, m, core)
     columns["priority"] = pc.fill_null(columns["priority"], DEFAULT_PRIORITY)
     columns["durability"] = pc.fill_null(columns["durability"], 0)
     # traceId: the header's (traceId, else ##trace_id), else the record's trace half when set.
@@ -260,7 +337,8 @@ def decode_chunk(
     )
     columns["tags"] = pc.coalesce(columns["tags"], scatter(tags_v2, tag_where, m))
 
-    body_off, body_data = gather_slices(buf, body_start[rows], rec_end[rows])
+    body_off, body_data = (gather_slices if core is None else _native_gather(core))(buf, body_start[rows],
+                                                                                    rec_end[rows])
     positions = base + pos[rows]
     columns.update(
         {
@@ -285,7 +363,7 @@ def decode_chunk(
     return ChunkDecode(source_batch(columns, m), int((n[rows] + 4).sum()))
 
 
-class NsqExtOptions(Options):
+class NsqExtOptions(CodecOptions):
     """Options of the ``nsq-ext`` format."""
 
     #: Value of ``storeHost`` for every row: nsqd's segments do not record the broker's address.
@@ -311,9 +389,20 @@ class NsqExtCodec:
         self.options = options if options is not None else NsqExtOptions(**fields)
         self.store_host = self.options.storeHost
         self.chunk_bytes = chunk_bytes
+        self._native = self.options.native
+        self._core = native_core(self._native)
         # path -> (size walked, boundary found): segments without a writer meta are walked
         # once, then only their new bytes.
         self._walked: dict[str, tuple[int, int, str]] = {}
+
+    def __getstate__(self) -> dict:
+        # A Spark reader ships its codec to the executors; the extension module does not
+        # pickle, and each executor uses its own (or the Python path where it is missing).
+        return {k: v for k, v in self.__dict__.items() if k != "_core"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._core = native_core(self._native)
 
     # ---------------------------------------------------------------- scan (driver side)
 
@@ -438,7 +527,7 @@ class NsqExtCodec:
         start = seen[1] if seen is not None and seen[0] <= size and seen[2] != "broken" else 0
         if seen is not None and seen[0] == size:
             return seen[1]
-        boundary, kind = last_boundary(path, start, size)
+        boundary, kind = last_boundary(path, start, size, self._core)
         if kind == "broken":
             boundary = size  # framing is lost: the decoder quarantines the rest
         self._walked[path] = (size, boundary, kind)
@@ -451,7 +540,7 @@ class NsqExtCodec:
         if seg.whole_file or end - start <= target:
             return []
         with open(os.path.join(root, seg.path), "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            _, _, cuts = _walk(mm, start, min(end, len(mm)), every=target)
+            _, _, cuts = _walk(mm, start, min(end, len(mm)), target, self._core)
         return cuts
 
     def advance(
@@ -467,6 +556,8 @@ class NsqExtCodec:
         unpack = _LEN.unpack_from
         with open(os.path.join(root, seg.path), "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             limit = min(end, len(mm))
+            if self._core is not None:
+                return self._core.nsq_advance(mm, start, end, limit, max_bytes, max_records)
             pos, count = start, 0
             while pos + 4 <= limit:
                 (n,) = unpack(mm, pos)
@@ -508,7 +599,7 @@ class NsqExtCodec:
                     if not data:
                         break
                 chunk_end = pos + len(data)
-                fr = frame(data, 0, len(data))
+                fr = frame(data, 0, len(data), self._core)
                 if fr.stop_kind == "incomplete" and chunk_end < end and len(fr.positions) == 0:
                     # One record larger than the chunk: read exactly that record.
                     need = 4 + fr.bad_length
@@ -516,9 +607,9 @@ class NsqExtCodec:
                         f.seek(pos)
                         data = f.read(need)
                         chunk_end = pos + len(data)
-                        fr = frame(data, 0, len(data))
+                        fr = frame(data, 0, len(data), self._core)
                 qb = QuarantineBuilder(SOURCE_FORMAT, seg)
-                chunk = decode_chunk(np.frombuffer(data, np.uint8), pos, fr, seg, self.store_host, qb)
+                chunk = decode_chunk(np.frombuffer(data, np.uint8), pos, fr, seg, self.store_host, qb, self._core)
                 next_pos = pos + fr.stop
                 if fr.stop_kind == "broken":
                     f.seek(next_pos)

@@ -20,6 +20,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from msglake.formats import native as NV
 from msglake.formats.nsq_json import Pairs, scan
 from msglake.schemas.messages import TS
 
@@ -121,14 +122,15 @@ def load_headers(raws: list[bytes]) -> tuple[list[dict], list[int], dict[int, st
     return [docs[i] for i in where], where, bad
 
 
-def scan_headers(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray
+def scan_headers(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, scanner=None
                  ) -> tuple[Pairs, list[int], dict[int, str]] | None:
-    """:func:`load_headers` for the headers ``buf[starts[i]:ends[i]]`` read by :func:`msglake.formats.nsq_json.scan`.
+    """:func:`load_headers` for the headers ``buf[starts[i]:ends[i]]`` read by :func:`msglake.formats.nsq_json.scan`
+    (or ``scanner``, a function that gives the same pairs).
 
     None when the chunk's headers are not all simple (or a ``##trace_id`` is an integer):
     parse them with :func:`load_headers`.
     """
-    pairs = scan(buf, starts, ends)
+    pairs = (scanner or scan)(buf, starts, ends)
     if pairs is None:
         return None
     k = len(pairs.counts)
@@ -345,7 +347,7 @@ def _compression(c) -> str | None:
     return None if c is None else COMPRESSION_CODECS.get(as_text(c), f"unknown:{as_text(c)}")
 
 
-def header_columns(docs: list[dict] | Pairs, rows: np.ndarray | None = None, n: int | None = None
+def header_columns(docs: list[dict] | Pairs, rows: np.ndarray | None = None, n: int | None = None, core=None
                    ) -> dict[str, pa.Array]:
     """Columns of the unified schema from parsed headers (or :func:`scan_headers` pairs), one row per header.
 
@@ -354,7 +356,8 @@ def header_columns(docs: list[dict] | Pairs, rows: np.ndarray | None = None, n: 
 
     ``traceId`` is the header ``traceId``, else ``##trace_id``; ``messageKey`` is
     ``messageKey``, else ``shardingKey``; ``tags`` is ``##client_dispatch_tag``. Values of the
-    wrong type leave the column null; the value itself is still in ``headers``.
+    wrong type leave the column null; the value itself is still in ``headers``. With the native
+    ``core``, pairs (not parsed headers) are turned into columns there, by the same rules.
 
     Examples
     --------
@@ -362,6 +365,8 @@ def header_columns(docs: list[dict] | Pairs, rows: np.ndarray | None = None, n: 
     >>> cols["traceId"].to_pylist(), cols["priority"].to_pylist(), cols["properties"].to_pylist()
     (['7', None], [9, None], [[('app', 'x')], []])
     """
+    if core is not None and isinstance(docs, Pairs):
+        return _native_columns(core, docs, rows, n)
     f = _Flat(docs, rows, n)
     col = {}
     for key in _TS_HEADERS:
@@ -378,11 +383,41 @@ def header_columns(docs: list[dict] | Pairs, rows: np.ndarray | None = None, n: 
     col["compression"] = f.mapped(COMPRESS_KEY, _compression, pa.string())
 
     col["headers"] = _maps(f.counts, f.keys, f.texts)
-    reserved = np.array([k in COLUMN_HEADERS or k.startswith(RESERVED_PREFIXES) for k in f.names], np.bool_)
+    reserved = np.array([not is_user_property(k) for k in f.names], np.bool_)
     is_property = ~reserved[f.code] if len(f.names) else np.zeros(0, np.bool_)
     prop_counts = np.bincount(f.row[is_property], minlength=f.n)
     keep = pa.array(is_property)
     col["properties"] = _maps(prop_counts, f.keys.filter(keep), f.texts.filter(keep))
+    return col
+
+
+def is_user_property(key: str) -> bool:
+    """A header that is a user property: not a column, not a client or broker key."""
+    return not (key in COLUMN_HEADERS or key.startswith(RESERVED_PREFIXES))
+
+
+def _native_columns(core, pairs: Pairs, rows: np.ndarray | None, n: int | None) -> dict[str, pa.Array]:
+    """:func:`header_columns` of pairs by the native core (``msglake_native.nsq_header_columns``)."""
+    k = len(pairs.counts)
+    rows = np.arange(k, dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
+    texts = pairs.texts
+    offsets = np.frombuffer(texts.buffers()[1], np.int32)[texts.offset : texts.offset + len(texts) + 1]
+    data = np.frombuffer(texts.buffers()[2] or b"", np.uint8)
+    counts, code = np.ascontiguousarray(pairs.counts, np.int64), np.ascontiguousarray(pairs.code, np.int64)
+    is_int = np.ascontiguousarray(pairs.is_int, np.bool_).view(np.uint8)
+    d = core.nsq_header_columns(pairs.names, [is_user_property(key) for key in pairs.names], counts, code, is_int,
+                                offsets.view(np.uint8), data, rows, k if n is None else n)
+    col = {key: NV.optional_ints(d[key], TS) for key in _TS_HEADERS}
+    col.update({key: NV.optional_strings(d[key]) for key in _STR_HEADERS})
+    col["priority"] = NV.optional_ints(d["priority"], pa.int32())
+    col["durability"] = NV.optional_ints(d["durability"], pa.int32())
+    col["delayTime"] = NV.optional_ints(d["delayTime"])
+    for key in ("traceId", "messageKey", "tags", "compression"):
+        col[key] = NV.optional_strings(d[key])
+    col["keys"] = NV.string_lists(d["keys"])
+    for key in ("headers", "properties"):
+        offsets, keys, values = d[key]
+        col[key] = NV.string_maps(offsets, NV.strings(keys), NV.strings(values))
     return col
 
 

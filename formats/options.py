@@ -86,3 +86,11 @@ class Options(BaseModel):
             if value is not None:
                 out[name] = str(value).lower() if isinstance(value, bool) else str(value)
         return out
+
+
+class CodecOptions(Options):
+    """Base of a codec's options model: what every codec takes."""
+
+    #: Decode with the native core (``native/``, when installed): ``false`` forces the Python
+    #: path; unset, the ``MSGLAKE_NATIVE`` environment variable decides (on unless ``0``).
+    native: bool | None = None

@@ -17,6 +17,11 @@ Bad bytes never stop a read: a record that fails a check is quarantined whole; w
 framing itself is broken (bad magic, impossible TOTALSIZE), the reader searches forward for
 the next record whose PHYSICALOFFSET matches its place, quarantines the bytes in between,
 and goes on from there.
+
+When the native core is installed (:mod:`msglake.formats.native`, built from ``native/``),
+the walk, the record checks and every column made from a record's bytes (CRC32, properties,
+hosts, ids, inner batches, the property-derived columns) come from it in one pass per chunk;
+the NumPy/Arrow steps here stay the reference it is tested against.
 """
 from __future__ import annotations
 
@@ -35,8 +40,11 @@ from pydantic import AfterValidator
 
 from msglake.formats import rocketmq_layout as L
 from msglake.formats import rocketmq_properties as P
-from msglake.formats.options import Options, PositiveInt
+from msglake.formats import native as NV
+from msglake.formats.native import core as native_core
+from msglake.formats.options import CodecOptions, PositiveInt
 from msglake.formats.base import (
+    MAX_QUARANTINE_CHUNK,
     DecodeResult,
     QuarantineBuilder,
     ScanResult,
@@ -119,7 +127,7 @@ def check_record(buf, pos: int, size: int, phys: int) -> str | None:
     return None
 
 
-def walk(buf, start: int, end: int, hard_end: int, phys_base: int, file_end: int | None = None) -> Framing:
+def walk(buf, start: int, end: int, hard_end: int, phys_base: int, file_end: int | None = None, core=None) -> Framing:
     """Walk the TOTALSIZE chain of ``buf[start:end]``, checking each record's framing.
 
     ``hard_end`` (>= ``end``) is where the data really ends: a record running past ``end``
@@ -129,8 +137,13 @@ def walk(buf, start: int, end: int, hard_end: int, phys_base: int, file_end: int
 
     The chain is walked record by record (each step depends on the last); the framing check
     of :func:`check_record` then runs on all records at once, and the walk is cut at the first
-    record that fails it, which becomes the "broken" point.
+    record that fails it, which becomes the "broken" point. The native ``core``, when given,
+    checks each record as it steps.
     """
+    if core is not None:
+        at, lengths, stop, kind, why, need = core.rmq_walk(buf, start, end, hard_end, phys_base,
+                                                           hard_end if file_end is None else file_end)
+        return Framing(np.frombuffer(at, np.int64), np.frombuffer(lengths, np.int64), stop, kind, why, need)
     fr = _chain(buf, start, end, hard_end, file_end)
     bad = _first_misframed(buf, fr.positions, fr.lengths, phys_base)
     if bad is None:
@@ -392,12 +405,174 @@ def _unwrap(buf: np.ndarray, a: int, b: int) -> list[tuple[int, int, int, int, i
     return out
 
 
+def _python_messages(buf: np.ndarray, p: np.ndarray, tot: np.ndarray, verify_crc: bool, message_rows) -> _Messages:
+    """Every message of the framed records with NumPy and Arrow kernels, a column at a time (the reference)."""
+    n = len(p)
+    r = _Reasons(n)
+    v2 = be_int(buf, p + 4, 4) == L.MAGIC_V2
+    crc = be_int(buf, p + 8, 4)
+    sysflag = be_int(buf, p + 36, 4)
+    born_v6 = (sysflag & L.BORNHOST_V6_FLAG) != 0
+    store_v6 = (sysflag & L.STOREHOST_V6_FLAG) != 0
+    store_ts_at = p + L.BORN_HOST_AT + np.where(born_v6, 20, 8)
+    store_at = store_ts_at + 8
+    recon_at = store_at + np.where(store_v6, 20, 8)
+    body_at = recon_at + 16
+    # walk() checked that the lengths add up (check_record), so the positions are sound.
+    blen = be_int(buf, body_at - 4, 4)
+    tl_at = body_at + blen
+    tlen = np.where(v2, be_int(buf, tl_at, 2), be_int(buf, tl_at, 1))
+    topic_at = tl_at + np.where(v2, 2, 1)
+    pl_at = topic_at + tlen
+    plen = be_int(buf, pl_at, 2)
+    born_all = be_int(buf, p + 40, 8)
+    store_all = be_int(buf, store_ts_at, 8)
+    r.fail(~_in_range(born_all), lambda i: f"BORNTIMESTAMP {born_all[i]} is not a time")
+    r.fail(~_in_range(store_all), lambda i: f"STORETIMESTAMP {store_all[i]} is not a time")
+    if verify_crc:
+        check = np.flatnonzero(r.ok)
+        a = body_at[check]
+        bodies = map(memoryview(buf).__getitem__, map(slice, a.tolist(), (a + blen[check]).tolist()))
+        actual = np.fromiter(map(zlib.crc32, bodies), np.int64, len(check)) & 0x7FFFFFFF
+        wrong = actual != crc[check]
+        for i, got in zip(check[wrong].tolist(), actual[wrong].tolist()):
+            r.reason[i] = f"BODYCRC mismatch: stored {crc[i]}, the body's CRC32 is {got}"
+            r.ok[i] = False
+
+    rows = message_rows(buf, p, tot, sysflag, body_at, blen, pl_at, plen, crc, r)
+    m = len(rows.outer)
+    o = rows.outer
+
+    # Topics: one per record (an inner batch's messages share it), checked once per distinct name.
+    recs, rec_of_row = np.unique(o, return_inverse=True)
+    t_off, t_data = gather_slices(buf, topic_at[recs], (topic_at + tlen)[recs])
+    topics = binary_array(t_off, t_data).dictionary_encode()
+    codes = topics.indices.to_numpy()[rec_of_row.reshape(-1)] if m else np.zeros(0, np.int64)
+    names = []
+    for code, raw in enumerate(topics.dictionary.to_pylist()):
+        try:
+            names.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            names.append("")
+            r.fail(np.isin(np.arange(n), recs[topics.indices.to_numpy() == code]), "TOPIC is not valid UTF-8")
+    topic = pa.array(names, pa.string()).take(pa.array(codes))
+
+    p_off, p_data = gather_slices(buf, rows.props_a, rows.props_b)
+    raw_props = binary_array(p_off, p_data)
+    try:
+        texts = raw_props.cast(pa.string())
+    except pa.ArrowInvalid:
+        bad = []
+        for j, v in enumerate(raw_props.to_pylist()):
+            try:
+                v.decode("utf-8")
+            except UnicodeDecodeError:
+                bad.append(j)
+        r.fail(np.isin(np.arange(n), o[bad]), "PROPERTIES are not valid UTF-8")
+        texts = pc.if_else(np.isin(np.arange(m), bad), pa.scalar(b""), raw_props).cast(pa.string())
+    b_off, b_data = gather_slices(buf, rows.body_a, rows.body_b)
+    return _Messages(
+        r, o, rows.pos, rows.flag, rows.crc, rows.length, topic, P.parse(texts), binary_array(b_off, b_data),
+        queue_id=be_int(buf, p + 12, 4)[o], queue_offset=be_int(buf, p + 20, 8)[o] + rows.index,
+        physical_offset=be_int(buf, p + 28, 8)[o], sysflag=sysflag[o], born_ms=born_all[o],
+        store_ms=store_all[o], reconsume=be_int(buf, recon_at, 4)[o], prepared=be_int(buf, recon_at + 4, 8)[o],
+        born_host=_host_strings(buf, (p + L.BORN_HOST_AT)[o], born_v6[o]),
+        store_host=_host_strings(buf, store_at[o], store_v6[o]),
+        message_id=_message_ids(buf, store_at[o], p[o], store_v6[o]),
+    )
+
+
+def _native_messages(core, buf: np.ndarray, p: np.ndarray, tot: np.ndarray, verify_crc: bool,
+                     delay_levels: np.ndarray) -> _Messages:
+    """:func:`_python_messages` by the native core: one pass over the records, columns handed over as
+    buffers; with the columns of ``RocketMqCommitLogCodec._property_columns`` too."""
+    d = core.rmq_records(buf, p, tot, verify_crc, delay_levels.tolist(), sorted(L.RESERVED_KEYS),
+                         sorted(L.SYSTEM_TOPICS), L.SYSTEM_TOPIC_PREFIX)
+    r = _Reasons(len(p))
+    for i, why in d["reasons"]:
+        r.reason[i] = why
+        r.ok[i] = False
+    col = {k: np.frombuffer(d[k], t) for k, t in _NATIVE_COLUMNS.items()}
+    m = len(col["outer"])
+    valid = np.frombuffer(d["uniq_first_valid"], np.bool_)
+    keys, values = _strings(d["prop_keys"]), _strings(d["prop_values"])
+    props = P.Properties(
+        m, col["prop_rows"], keys, values, col["prop_codes"], {k: i for i, k in enumerate(d["prop_names"])},
+        firsts={"UNIQ_KEY": _strings(d["uniq_first"], valid)} if valid.any() else {},
+    )
+    return _Messages(
+        r, col["outer"], col["pos"], col["flag"], col["crc"], col["length"], _strings(d["topic"]), props,
+        _strings(d["body"], typ=pa.binary()), queue_id=col["queue_id"], queue_offset=col["queue_offset"],
+        physical_offset=col["physical_offset"], sysflag=col["sysflag"].astype(np.int64), born_ms=col["born_ms"],
+        store_ms=col["store_ms"], reconsume=col["reconsume"], prepared=col["prepared"],
+        born_host=_strings(d["born_host"]), store_host=_strings(d["store_host"]), message_id=_strings(d["message_id"]),
+        derived=_native_derived(d, keys, values),
+    )
+
+
+def _native_derived(d: dict, keys: pa.Array, values: pa.Array) -> dict[str, pa.Array]:
+    """The native core's property columns as Arrow arrays (no copies of their buffers)."""
+    text = {name: NV.optional_strings(d[key]) for name, key in (
+        ("uniqueId", "uniq"), ("traceId", "trace"), ("transactionId", "transaction_id"),
+        ("correlationId", "correlation"), ("messageKey", "sharding"), ("tags", "tags"),
+        ("messageType", "message_type"), ("transactionState", "transaction_state"))}
+    return {
+        **text,
+        "delayTime": NV.optional_ints(d["delay_ms"]),
+        "startDeliverTime": NV.optional_ints(d["deliver_us"], TS),
+        "expireTime": NV.optional_ints(d["expire_us"], TS),
+        "keys": NV.string_lists(d["keys"]),
+        "systemCopy": pa.array(np.frombuffer(d["system_copy"], np.bool_)),
+        "properties": NV.string_maps(d["user_offsets"], _strings(d["user_keys"]), _strings(d["user_values"])),
+        "headers": NV.string_maps(d["header_offsets"], keys, values),
+    }
+
+
+_NATIVE_COLUMNS = {
+    "outer": np.int64, "pos": np.int64, "flag": np.int32, "crc": np.int32, "length": np.int64,
+    "queue_id": np.int32, "queue_offset": np.int64, "physical_offset": np.int64, "sysflag": np.int32,
+    "born_ms": np.int64, "store_ms": np.int64, "reconsume": np.int32, "prepared": np.int64,
+    "prop_rows": np.int64, "prop_codes": np.int64,
+}
+
+
+_strings = NV.strings
+
+
+@dataclass
+class _Messages:
+    """One row per message of a chunk's records (rows of failed records may be left in; ``r`` says which)."""
+
+    r: _Reasons
+    o: np.ndarray  # index of the record each row comes from
+    pos: np.ndarray
+    flag: np.ndarray
+    crc: np.ndarray
+    length: np.ndarray
+    topic: pa.Array
+    props: P.Properties
+    body: pa.Array
+    queue_id: np.ndarray
+    queue_offset: np.ndarray
+    physical_offset: np.ndarray
+    sysflag: np.ndarray
+    born_ms: np.ndarray
+    store_ms: np.ndarray
+    reconsume: np.ndarray
+    prepared: np.ndarray
+    born_host: pa.Array
+    store_host: pa.Array
+    message_id: pa.Array
+    #: Columns already made from the properties (native core); None: made by ``_property_columns``.
+    derived: dict[str, pa.Array] | None = None
+
+
 def _delay_table(v: str) -> str:
     L.parse_delay_levels(v)
     return v
 
 
-class RocketMqOptions(Options):
+class RocketMqOptions(CodecOptions):
     """Options of the ``rocketmq-commitlog`` format."""
 
     #: The broker's ``messageDelayLevel`` table, for ``delayTime`` of DELAY-level messages.
@@ -429,6 +604,8 @@ class RocketMqCommitLogCodec:
 
     def __init__(self, options: RocketMqOptions | None = None, /, *, chunk_bytes: int = CHUNK_BYTES, **fields):
         self.options = options if options is not None else RocketMqOptions(**fields)
+        self._native = self.options.native
+        self._core = native_core(self._native)
         self.delay_levels = np.asarray(L.parse_delay_levels(self.options.delayLevels), np.int64)
         self.decompress = self.options.decompress
         self.verify_crc = self.options.verifyCrc
@@ -437,6 +614,15 @@ class RocketMqCommitLogCodec:
         # path -> (committed end, data end) of the file being written, so each scan walks
         # only the records appended since the last one.
         self._walked: dict[str, tuple[int, int]] = {}
+
+    def __getstate__(self) -> dict:
+        # A Spark reader ships its codec to the executors; the extension module does not
+        # pickle, and each executor uses its own (or the Python path where it is missing).
+        return {k: v for k, v in self.__dict__.items() if k != "_core"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._core = native_core(self._native)
 
     # ---------------------------------------------------------------- scan (driver side)
 
@@ -526,7 +712,7 @@ class RocketMqCommitLogCodec:
                     size = pos + len(data)
                     if not data:
                         break
-                fr = walk(data, 0, len(data), size - pos, start + pos)
+                fr = walk(data, 0, len(data), size - pos, start + pos, core=self._core)
                 want = max(self.chunk_bytes, fr.need)  # a record larger than a chunk: read it whole
                 if len(fr.positions):
                     last = (pos + int(fr.positions[-1]), int(fr.lengths[-1]))
@@ -565,7 +751,7 @@ class RocketMqCommitLogCodec:
                 data = os.pread(fd, min(end - pos, self.chunk_bytes), pos)
                 if len(data) < min(end - pos, self.chunk_bytes):
                     return  # the file shrank: the decoder reports what is gone
-                fr = walk(data, 0, len(data), end - pos, (seg.start_virtual or 0) + pos, size - pos)
+                fr = walk(data, 0, len(data), end - pos, (seg.start_virtual or 0) + pos, size - pos, self._core)
                 for ln in fr.lengths.tolist():
                     pos += ln
                     count += 1
@@ -634,12 +820,12 @@ class RocketMqCommitLogCodec:
                     stop_at = size = pos + len(data)
                     if not data:
                         break
-                fr = walk(data, 0, len(data), stop_at - pos, phys0 + pos, size - pos)
+                fr = walk(data, 0, len(data), stop_at - pos, phys0 + pos, size - pos, self._core)
                 if fr.kind == "incomplete" and len(fr.positions) == 0 and not short:
                     data = os.pread(fd, fr.need, pos)  # one record larger than the chunk
                     if len(data) < fr.need:
                         stop_at = size = pos + len(data)
-                    fr = walk(data, 0, len(data), stop_at - pos, phys0 + pos, size - pos)
+                    fr = walk(data, 0, len(data), stop_at - pos, phys0 + pos, size - pos, self._core)
                 qb = QuarantineBuilder(SOURCE_FORMAT, seg)
                 batch, decoded = self._records(np.frombuffer(data, np.uint8), pos, fr, seg, qb)
                 nxt = pos + fr.stop
@@ -671,10 +857,15 @@ class RocketMqCommitLogCodec:
             os.close(fd)
 
     def _quarantine(self, fd: int, seg: SegmentInfo, a: int, b: int, reason: str) -> Iterator[DecodeResult]:
-        """Quarantine raw bytes ``[a, b)`` of a file, a chunk at a time."""
+        """Quarantine raw bytes ``[a, b)`` of a file, a few rows at a time.
+
+        Rows are cut every ``MAX_QUARANTINE_CHUNK`` bytes from ``a`` and reads hold whole rows,
+        so the rows are the same whatever the chunk size.
+        """
+        step = max(self.chunk_bytes // MAX_QUARANTINE_CHUNK, 1) * MAX_QUARANTINE_CHUNK
         pos = a
         while pos < b:
-            data = os.pread(fd, min(b - pos, self.chunk_bytes), pos)
+            data = os.pread(fd, min(b - pos, step), pos)
             if not data:
                 break  # the file shrank
             qb = QuarantineBuilder(SOURCE_FORMAT, seg)
@@ -694,78 +885,17 @@ class RocketMqCommitLogCodec:
             for a, ln in zip(p.tolist(), tot.tolist()):
                 qb.add(base + a, buf[a : a + ln].tobytes(), seg.problem)
             return None, 0
-        r = _Reasons(n)
-        v2 = be_int(buf, p + 4, 4) == L.MAGIC_V2
-        crc = be_int(buf, p + 8, 4)
-        sysflag = be_int(buf, p + 36, 4)
-        born_v6 = (sysflag & L.BORNHOST_V6_FLAG) != 0
-        store_v6 = (sysflag & L.STOREHOST_V6_FLAG) != 0
-        store_ts_at = p + L.BORN_HOST_AT + np.where(born_v6, 20, 8)
-        store_at = store_ts_at + 8
-        recon_at = store_at + np.where(store_v6, 20, 8)
-        body_at = recon_at + 16
-        # walk() checked that the lengths add up (check_record), so the positions are sound.
-        blen = be_int(buf, body_at - 4, 4)
-        tl_at = body_at + blen
-        tlen = np.where(v2, be_int(buf, tl_at, 2), be_int(buf, tl_at, 1))
-        topic_at = tl_at + np.where(v2, 2, 1)
-        pl_at = topic_at + tlen
-        plen = be_int(buf, pl_at, 2)
-        born_all = be_int(buf, p + 40, 8)
-        store_all = be_int(buf, store_ts_at, 8)
-        r.fail(~_in_range(born_all), lambda i: f"BORNTIMESTAMP {born_all[i]} is not a time")
-        r.fail(~_in_range(store_all), lambda i: f"STORETIMESTAMP {store_all[i]} is not a time")
-        if self.verify_crc:
-            check = np.flatnonzero(r.ok)
-            a = body_at[check]
-            bodies = map(memoryview(buf).__getitem__, map(slice, a.tolist(), (a + blen[check]).tolist()))
-            actual = np.fromiter(map(zlib.crc32, bodies), np.int64, len(check)) & 0x7FFFFFFF
-            wrong = actual != crc[check]
-            for i, got in zip(check[wrong].tolist(), actual[wrong].tolist()):
-                r.reason[i] = f"BODYCRC mismatch: stored {crc[i]}, the body's CRC32 is {got}"
-                r.ok[i] = False
-
-        rows = self._message_rows(buf, p, tot, sysflag, body_at, blen, pl_at, plen, crc, r)
-        m = len(rows.outer)
-        o = rows.outer
-
-        # Topics: one per record (an inner batch's messages share it), checked once per distinct name.
-        recs, rec_of_row = np.unique(o, return_inverse=True)
-        t_off, t_data = gather_slices(buf, topic_at[recs], (topic_at + tlen)[recs])
-        topics = binary_array(t_off, t_data).dictionary_encode()
-        codes = topics.indices.to_numpy()[rec_of_row.reshape(-1)] if m else np.zeros(0, np.int64)
-        names = []
-        for code, raw in enumerate(topics.dictionary.to_pylist()):
-            try:
-                names.append(raw.decode("utf-8"))
-            except UnicodeDecodeError:
-                names.append("")
-                r.fail(np.isin(np.arange(n), recs[topics.indices.to_numpy() == code]), "TOPIC is not valid UTF-8")
-        topic = pa.array(names, pa.string()).take(pa.array(codes))
-
-        p_off, p_data = gather_slices(buf, rows.props_a, rows.props_b)
-        raw_props = binary_array(p_off, p_data)
-        try:
-            texts = raw_props.cast(pa.string())
-        except pa.ArrowInvalid:
-            bad = []
-            for j, v in enumerate(raw_props.to_pylist()):
-                try:
-                    v.decode("utf-8")
-                except UnicodeDecodeError:
-                    bad.append(j)
-            r.fail(np.isin(np.arange(n), o[bad]), "PROPERTIES are not valid UTF-8")
-            texts = pc.if_else(np.isin(np.arange(m), bad), pa.scalar(b""), raw_props).cast(pa.string())
-        props = P.parse(texts)
-        r.fail(np.isin(np.arange(n), o[props.bad_rows]), "PROPERTIES hold a piece without a name/value separator")
-
-        msf = sysflag[o]
+        if self._core is not None:
+            msg = _native_messages(self._core, buf, p, tot, self.verify_crc, self.delay_levels)
+        else:
+            msg = _python_messages(buf, p, tot, self.verify_crc, self._message_rows)
+        r, o, props, m = msg.r, msg.o, msg.props, len(msg.o)
+        msf = msg.sysflag
         compressed = (msf & L.COMPRESSED_FLAG) != 0
         codec_names = np.array([L.COMPRESSION_TYPES.get(t, f"unknown({t})") for t in range(8)], dtype=object)
         compression = pa.array(np.where(compressed, codec_names[(msf >> 8) & 7], None), pa.string())
-        b_off, b_data = gather_slices(buf, rows.body_a, rows.body_b)
-        body = binary_array(b_off, b_data)
-        body_size = np.diff(b_off).astype(np.int32)
+        body = msg.body
+        body_size = pc.binary_length(body).to_numpy(zero_copy_only=False).astype(np.int32)
         if self.decompress and compressed.any():
             where = np.flatnonzero(compressed)
             plain = []
@@ -776,7 +906,7 @@ class RocketMqCommitLogCodec:
                     plain.append(b"")
                     r.fail(np.arange(n) == o[j], f"body does not decompress as {compression[j].as_py()}: {e}")
             body = pc.coalesce(scatter(pa.array(plain, pa.binary()), where, m), body)
-            body_size = pc.binary_length(body).to_numpy().astype(np.int32)
+            body_size = pc.binary_length(body).to_numpy(zero_copy_only=False).astype(np.int32)
             compression = pa.nulls(m, pa.string())
 
         for i in np.flatnonzero(~r.ok).tolist():
@@ -786,6 +916,42 @@ class RocketMqCommitLogCodec:
         if not keep.any():
             return None, 0
 
+        derived = msg.derived if msg.derived is not None else self._property_columns(msg)
+        columns = {
+            "topic": msg.topic,
+            "partition": pa.array(msg.queue_id.astype(np.int32)),
+            "sourceFormat": constant(SOURCE_FORMAT, m),
+            "segment": constant(seg.segment, m),
+            "segmentPosition": pa.array(base + msg.pos),
+            "queueOffset": pa.array(msg.queue_offset),
+            "physicalOffset": pa.array(msg.physical_offset),
+            "messageId": msg.message_id,
+            "producerUniqueId": props.first("UNIQ_KEY"),
+            "bornTimestamp": _timestamps(msg.born_ms),
+            "bornHost": msg.born_host,
+            "storeTimestamp": _timestamps(msg.store_ms),
+            "storeHost": msg.store_host,
+            "priority": pa.array(np.full(m, DEFAULT_PRIORITY, np.int32)),
+            "durability": pa.array(np.zeros(m, np.int32)),
+            "compression": compression,
+            "deliveryCount": pa.array(msg.reconsume.astype(np.int32)),
+            "flag": pa.array(msg.flag.astype(np.int32)),
+            "sysFlag": pa.array(msf.astype(np.int32)),
+            "bodyCrc": pa.array(msg.crc.astype(np.int32)),
+            "preparedTransactionOffset": pa.array(msg.prepared),
+            "body": body,
+            "bodySize": pa.array(body_size),
+            "recordLength": pa.array(msg.length),
+            **derived,
+        }
+        batch = source_batch(columns, m)
+        if not keep.all():
+            batch = batch.filter(pa.array(keep))
+        return batch, int(msg.length[keep].sum())
+
+    def _property_columns(self, msg: _Messages) -> dict[str, pa.Array]:
+        """Columns from the properties, SYSFLAG, BORNTIMESTAMP and topic of each row (Arrow kernels)."""
+        props, msf = msg.props, msg.sysflag
         get = props.get
         headers, user = props.maps()
         delay_level = _int_values(get("DELAY"))
@@ -796,7 +962,6 @@ class RocketMqCommitLogCodec:
         timer_sec = pc.multiply(_int_values(get("TIMER_DELAY_SEC"), 12), 1000)
         has_delay_level = pc.is_valid(get("DELAY"))
         deliver_ms = pc.if_else(has_delay_level, pa.scalar(None, pa.int64()), _int_values(get("TIMER_DELIVER_MS")))
-        born_ms = born_all[o]
         ttl = _int_values(get("TTL"))
         ttl = pc.if_else(pc.greater(ttl, 0), ttl, pa.scalar(None, pa.int64()))
         tran = pc.equal(get("TRAN_MSG"), "true")
@@ -807,59 +972,28 @@ class RocketMqCommitLogCodec:
             "TRANSACTION", "DELAY", "FIFO", "NORMAL",
         )
         txn_bits = msf & L.TRANSACTION_MASK
-        transaction_state = pa.array(np.array([None, "PREPARED", "COMMIT", "ROLLBACK"], dtype=object)[txn_bits >> 2],
-                                     pa.string())
         uniq = get("UNIQ_KEY")
-        transaction_id = pc.coalesce(
-            get("__transactionId__"),
-            pc.if_else(pc.or_(pc.fill_null(tran, False), pa.array(txn_bits != 0)), uniq, pa.scalar(None, pa.string())),
-        )
-        is_system = np.array([L.is_system_topic(t) for t in names], np.bool_)
-        columns = {
-            "topic": topic,
-            "partition": pa.array(be_int(buf, p + 12, 4)[o].astype(np.int32)),
-            "sourceFormat": constant(SOURCE_FORMAT, m),
-            "segment": constant(seg.segment, m),
-            "segmentPosition": pa.array(base + rows.pos),
-            "queueOffset": pa.array(be_int(buf, p + 20, 8)[o] + rows.index),
-            "physicalOffset": pa.array(be_int(buf, p + 28, 8)[o]),
-            "messageId": _message_ids(buf, store_at[o], p[o], store_v6[o]),
+        topics = msg.topic.dictionary_encode()
+        is_system = np.array([L.is_system_topic(t) for t in topics.dictionary.to_pylist()], np.bool_)
+        return {
             "uniqueId": uniq,
-            "producerUniqueId": props.first("UNIQ_KEY"),
-            "bornTimestamp": _timestamps(born_ms),
-            "bornHost": _host_strings(buf, (p + L.BORN_HOST_AT)[o], born_v6[o]),
-            "storeTimestamp": _timestamps(store_all[o]),
-            "storeHost": _host_strings(buf, store_at[o], store_v6[o]),
-            "priority": pa.array(np.full(m, DEFAULT_PRIORITY, np.int32)),
-            "durability": pa.array(np.zeros(m, np.int32)),
             "delayTime": pc.coalesce(level_ms, timer_ms, timer_sec),
             "startDeliverTime": _timestamps(deliver_ms),
-            "expireTime": _timestamps(pc.add(pa.array(born_ms), ttl)),
+            "expireTime": _timestamps(pc.add(pa.array(msg.born_ms), ttl)),
             "traceId": get("TRACE_CONTEXT"),
-            "compression": compression,
-            "transactionId": transaction_id,
-            "deliveryCount": pa.array(be_int(buf, recon_at, 4)[o].astype(np.int32)),
+            "transactionId": pc.coalesce(get("__transactionId__"), pc.if_else(
+                pc.or_(pc.fill_null(tran, False), pa.array(txn_bits != 0)), uniq, pa.scalar(None, pa.string()))),
             "correlationId": get("CORRELATION_ID"),
             "messageKey": get("__SHARDINGKEY"),
             "tags": get("TAGS"),
             "keys": _split_keys(get("KEYS")),
             "messageType": message_type,
-            "flag": pa.array(rows.flag.astype(np.int32)),
-            "sysFlag": pa.array(msf.astype(np.int32)),
-            "bodyCrc": pa.array(rows.crc.astype(np.int32)),
-            "systemCopy": pa.array(is_system[codes]),
-            "transactionState": transaction_state,
-            "preparedTransactionOffset": pa.array(be_int(buf, recon_at + 4, 8)[o]),
+            "systemCopy": pa.array(is_system[topics.indices.to_numpy(zero_copy_only=False)]),
+            "transactionState": pa.array(
+                np.array([None, "PREPARED", "COMMIT", "ROLLBACK"], dtype=object)[txn_bits >> 2], pa.string()),
             "properties": user,
             "headers": headers,
-            "body": body,
-            "bodySize": pa.array(body_size),
-            "recordLength": pa.array(rows.length),
         }
-        batch = source_batch(columns, m)
-        if not keep.all():
-            batch = batch.filter(pa.array(keep))
-        return batch, int(rows.length[keep].sum())
 
     def _message_rows(self, buf, p, tot, sysflag, body_at, blen, pl_at, plen, crc, r: _Reasons) -> _Rows:
         """One row per message of the good records; inner batches unwrapped into their messages."""

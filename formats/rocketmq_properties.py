@@ -2,10 +2,9 @@
 
 The same rules as :func:`msglake.formats.rocketmq_layout.string_to_properties` (the broker's
 ``string2messageProperties``), applied with Arrow string kernels to every record of a
-batch: split on 0x02, split each piece at its first 0x01, drop pieces with an empty name
-or value and the ``__CRC32#`` trailer, keep the last of duplicate names. One difference on
-purpose: a non-empty piece with no 0x01 at all is something no broker writes, so the record
-is reported as bad (the broker's parser would drop the piece silently).
+batch: split on 0x02, split each piece at its first 0x01, drop pieces with no 0x01, with an
+empty name or value, and the ``__CRC32#`` trailer, keep the last of duplicate names. A piece
+without a 0x01 is dropped and its record kept, as the broker's parser does (spec §3.1).
 """
 from __future__ import annotations
 
@@ -31,8 +30,6 @@ class Properties:
     rows: np.ndarray  # record of each kept entry (non-decreasing)
     keys: pa.Array  # kept entries, in record order
     values: pa.Array
-    #: Records holding a piece without a name/value separator.
-    bad_rows: np.ndarray
     codes: np.ndarray  # of each kept key in ``names``
     names: dict[str, int]  # distinct key -> code
 
@@ -83,8 +80,8 @@ def parse(texts: pa.Array) -> Properties:
     Examples
     --------
     >>> p = parse(pa.array(["a\\x011\\x02b\\x01x\\x02a\\x012\\x02", "TAGS\\x01t\\x02k\\x01\\x02", "oops"]))
-    >>> p.get("a").to_pylist(), p.get("TAGS").to_pylist(), p.bad_rows.tolist()
-    (['2', None, None], [None, 't', None], [2])
+    >>> p.get("a").to_pylist(), p.get("TAGS").to_pylist(), [m.as_py() for m in p.maps()[0]][2]
+    (['2', None, None], [None, 't', None], [])
     >>> [m.as_py() for m in p.maps()[1]]
     [[('b', 'x'), ('a', '2')], [], []]
     >>> parse(pa.array(["UNIQ_KEY\x01own\x02UNIQ_KEY\x01batch\x02", "x\x011"])).first("UNIQ_KEY").to_pylist()
@@ -96,8 +93,6 @@ def parse(texts: pa.Array) -> Properties:
     flat = pc.list_flatten(pieces)
     kv = pc.split_pattern(flat, NAME_VALUE_SEPARATOR, max_splits=1)
     parts = pc.list_value_length(kv).to_numpy()
-    piece_len = pc.binary_length(flat).to_numpy()
-    bad_rows = np.unique(rows[(parts == 1) & (piece_len > 0)])
 
     starts = kv.offsets.to_numpy()[:-1] - kv.offsets[0].as_py()
     inner = kv.values.slice(kv.offsets[0].as_py())
@@ -119,7 +114,7 @@ def parse(texts: pa.Array) -> Properties:
     earlier_dup = np.zeros(len(rows), np.bool_)
     earlier_dup[keep] = pd.Series(pair[keep]).duplicated(keep="last").to_numpy()
     keep &= ~earlier_dup
-    return Properties(n, rows[keep], keys.filter(keep), values.filter(keep), bad_rows, codes[keep], names, firsts)
+    return Properties(n, rows[keep], keys.filter(keep), values.filter(keep), codes[keep], names, firsts)
 
 
 def _first_values(n: int, rows: np.ndarray, values: pa.Array, entries: np.ndarray) -> pa.Array:

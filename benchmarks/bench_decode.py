@@ -1,0 +1,65 @@
+"""Decode alone, one core, no Spark: the Python path next to the native core, for both formats.
+
+    .venv/bin/python benchmarks/bench_decode.py [--messages 1000000] [--formats nsq-ext,rocketmq-commitlog]
+        [--repeat 3]
+
+Uses the suite's data sets (bench-data/suite-<format>-<N>/, generated once, no bad inputs) and
+times what a Spark task runs (:func:`bench_ingest.decode_pass`: scan, then decode every file
+chunk by chunk) with ``MSGLAKE_NATIVE=0`` and ``=1``, best of ``--repeat`` passes each, the
+page cache warm and the process pinned to one CPU. Both paths must decode every message.
+Writes benchmarks/results/decode-<timestamp>.json and prints a Markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from bench_ingest import decode_pass, ensure_data  # benchmarks/ is on sys.path when a script in it runs
+from results_file import write
+from suite import base_dir
+
+PATHS = {"python": "0", "native": "1"}
+
+
+def best_pass(fmt: str, data, path: str, repeat: int) -> dict:
+    """The fastest of ``repeat`` decode passes on one path."""
+    os.environ["MSGLAKE_NATIVE"] = PATHS[path]  # read by each codec when it is made
+    runs = [decode_pass(fmt, data) for _ in range(repeat)]
+    n, on_disk, seconds = min(runs, key=lambda r: r[2])
+    return {"messages": n, "bytes": on_disk, "seconds": round(seconds, 3), "messagesPerS": n / seconds,
+            "mbPerS": on_disk / seconds / 1e6}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--messages", type=int, default=1_000_000)
+    p.add_argument("--formats", default="nsq-ext,rocketmq-commitlog")
+    p.add_argument("--repeat", type=int, default=3)
+    args = p.parse_args(argv)
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, as a Spark task has
+    from msglake.formats.native import core
+
+    if core(True) is None:
+        print("the native core is not installed (make setup, or pip install ./native)", file=sys.stderr)
+        return 2
+    result = {"messages": args.messages, "formats": {}}
+    lines = ["| format | path | msg/s | MB/s | seconds |", "|---|---|---:|---:|---:|"]
+    for fmt in args.formats.split(","):
+        data = base_dir(fmt, args.messages)
+        expected = ensure_data(fmt, data, args.messages)
+        decode_pass(fmt, data)  # warm the page cache
+        runs = {path: best_pass(fmt, data, path, args.repeat) for path in PATHS}
+        for path, r in runs.items():
+            assert r["messages"] == expected, (fmt, path, r["messages"], expected)
+            lines.append(f"| {fmt} | {path} | {r['messagesPerS']:,.0f} | {r['mbPerS']:,.1f} | {r['seconds']} |")
+        runs["speedup"] = runs["native"]["messagesPerS"] / runs["python"]["messagesPerS"]
+        lines.append(f"| {fmt} | native / python | {runs['speedup']:.2f}x | | |")
+        result["formats"][fmt] = runs
+    write("decode", result)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

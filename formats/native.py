@@ -1,0 +1,85 @@
+"""The native codec core (the ``msglake_native`` extension, built from ``native/``), when it is there.
+
+The codecs call it for their hot inner steps and keep the Python steps as the reference.
+It is used by default; ``MSGLAKE_NATIVE=0`` in the environment, or ``native=False`` given to
+a codec, forces the Python path. A missing extension means the Python path, with one
+warning that says how to build it.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from types import ModuleType
+
+import numpy as np
+import pyarrow as pa
+
+ENV = "MSGLAKE_NATIVE"
+#: The extension's ``API_VERSION`` these codecs call (``native/src/lib.rs``).
+API_VERSION = 1
+_warned = False
+
+
+def core(wanted: bool | None = None) -> ModuleType | None:
+    """The extension module, or None when the Python path is asked for or it is not installed.
+
+    ``wanted``: True/False from a codec's ``native=`` argument; None follows ``MSGLAKE_NATIVE``
+    (default on).
+
+    >>> core(False) is None
+    True
+    """
+    if wanted is None:
+        wanted = os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    if not wanted:
+        return None
+    try:
+        import msglake_native
+    except ImportError:
+        _warn_once("msglake_native is not installed")
+        return None
+    found = getattr(msglake_native, "API_VERSION", None)
+    if found != API_VERSION:
+        _warn_once(f"msglake_native is from another msglake version (API {found}, these codecs need {API_VERSION})")
+        return None
+    return msglake_native
+
+
+def _warn_once(why: str) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn(f"{why}, decoding with the slower Python path; build it with `make setup` or "
+                      "`pip install ./native` (needs Rust/cargo, https://rustup.rs)", RuntimeWarning, stacklevel=3)
+
+
+def strings(offsets_data: tuple, valid: np.ndarray | None = None, typ: pa.DataType = pa.string()) -> pa.Array:
+    """An Arrow string (or binary) array over the core's (int32 offsets, data) buffers, without a copy;
+    null where ``valid`` is False."""
+    off, data = offsets_data
+    mask = None if valid is None or valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(typ, len(off) // 4 - 1, [mask, pa.py_buffer(off), pa.py_buffer(data)])
+
+
+def optional_strings(column: tuple) -> pa.Array:
+    """A string array from the core's (offsets, data, validity bytes)."""
+    off, data, valid = column
+    return strings((off, data), np.frombuffer(valid, np.bool_))
+
+
+def optional_ints(column: tuple, typ: pa.DataType = pa.int64()) -> pa.Array:
+    """An int64 array (cast to ``typ``) from the core's (values, validity bytes)."""
+    values, valid = column
+    return pa.array(np.frombuffer(values, np.int64), mask=~np.frombuffer(valid, np.bool_)).cast(typ)
+
+
+def string_lists(column: tuple) -> pa.Array:
+    """A list<string> array from the core's (list offsets, list validity, value offsets, value data)."""
+    off, valid, value_off, value_data = column
+    mask = np.append(~np.frombuffer(valid, np.bool_), False)
+    return pa.ListArray.from_arrays(pa.array(np.frombuffer(off, np.int32), mask=mask), strings((value_off, value_data)))
+
+
+def string_maps(offsets: bytes, keys: pa.Array, values: pa.Array) -> pa.Array:
+    """A map<string, string> array of ``keys``/``values`` split at the core's int32 ``offsets``."""
+    return pa.MapArray.from_arrays(pa.array(np.frombuffer(offsets, np.int32)), keys, values)

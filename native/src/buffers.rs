@@ -1,0 +1,184 @@
+//! Byte views of Python buffers in, little-endian column buffers out.
+//!
+//! Inputs are any C-contiguous buffer (bytes, mmap, a NumPy array) read in place. Outputs are
+//! `bytes` objects that Python wraps with `np.frombuffer` / `pa.py_buffer` without a copy.
+
+use std::ffi::{c_int, c_void};
+
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::ffi;
+
+use crate::read::{prefetch, AHEAD};
+
+/// A read-only view of a Python buffer, held for the duration of one call.
+pub struct View {
+    buf: PyBuffer<u8>,
+}
+
+impl View {
+    pub fn new(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let buf = PyBuffer::<u8>::get(obj)?;
+        if !buf.is_c_contiguous() {
+            return Err(PyValueError::new_err("buffer must be C-contiguous"));
+        }
+        Ok(View { buf })
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the buffer is C-contiguous, of len_bytes bytes, and kept alive (and its
+        // exporter locked against resizing) by `self.buf` for as long as the slice lives.
+        unsafe { std::slice::from_raw_parts(self.buf.buf_ptr() as *const u8, self.buf.len_bytes()) }
+    }
+}
+
+/// An int64 array given by Python (NumPy), read in place.
+pub struct I64s {
+    buf: PyBuffer<i64>,
+}
+
+impl I64s {
+    pub fn new(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let buf = PyBuffer::<i64>::get(obj)?;
+        if !buf.is_c_contiguous() {
+            return Err(PyValueError::new_err("int64 array must be C-contiguous"));
+        }
+        Ok(I64s { buf })
+    }
+
+    pub fn values(&self) -> &[i64] {
+        // SAFETY: as for View; the element type was checked by PyBuffer::get.
+        unsafe { std::slice::from_raw_parts(self.buf.buf_ptr() as *const i64, self.buf.item_count()) }
+    }
+}
+
+/// The values a [`Buffer`] owns: bytes, or numbers lent as their bytes.
+pub enum Data {
+    U8(Vec<u8>),
+    I16(Vec<i16>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+    U64(Vec<u64>),
+}
+
+impl Data {
+    fn bytes(&self) -> &[u8] {
+        fn raw<T>(v: &[T]) -> &[u8] {
+            // SAFETY: plain number types, read as the bytes they lie in memory as.
+            unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+        }
+        match self {
+            Data::U8(v) => v,
+            Data::I16(v) => raw(v),
+            Data::I32(v) => raw(v),
+            Data::I64(v) => raw(v),
+            Data::U64(v) => raw(v),
+        }
+    }
+}
+
+/// Number vectors a [`Buffer`] can own.
+pub trait Values {
+    fn into_data(self) -> Data;
+}
+
+macro_rules! values {
+    ($($t:ty => $v:ident),*) => {$(
+        impl Values for Vec<$t> {
+            fn into_data(self) -> Data {
+                Data::$v(self)
+            }
+        }
+    )*};
+}
+values!(u8 => U8, i16 => I16, i32 => I32, i64 => I64, u64 => U64);
+
+/// Values made here, lent to Python through the buffer protocol: `pa.py_buffer` and
+/// `np.frombuffer` wrap them where they lie, so no column is copied again.
+#[pyclass(frozen, module = "msglake_native")]
+pub struct Buffer {
+    data: Data,
+}
+
+#[pymethods]
+impl Buffer {
+    /// # Safety
+    /// Called by Python with a valid `view`; the data lives as long as this object, which
+    /// the view holds a reference to (`PyBuffer_FillInfo` takes it), and is never resized.
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        let data = slf.get().data.bytes();
+        let rc = ffi::PyBuffer_FillInfo(view, slf.as_ptr(), data.as_ptr() as *mut c_void, data.len() as ffi::Py_ssize_t,
+                                        1, flags);
+        if rc == -1 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+
+    /// Length in bytes.
+    fn __len__(&self) -> usize {
+        self.data.bytes().len()
+    }
+}
+
+/// A column of values handed to Python without a copy.
+pub fn column<T>(py: Python<'_>, values: Vec<T>) -> PyResult<Bound<'_, Buffer>>
+where
+    Vec<T>: Values,
+{
+    Bound::new(py, Buffer { data: values.into_data() })
+}
+
+/// Variable-length values (binary or UTF-8) as Arrow's int32 offsets and one data buffer.
+#[derive(Default, Debug)]
+pub struct Binary {
+    pub offsets: Vec<i32>,
+    pub data: Vec<u8>,
+}
+
+impl Binary {
+    pub fn with_capacity(items: usize, bytes: usize) -> Self {
+        let mut offsets = Vec::with_capacity(items + 1);
+        offsets.push(0);
+        Binary { offsets, data: Vec::with_capacity(bytes) }
+    }
+
+    pub fn push(&mut self, value: &[u8]) {
+        self.data.extend_from_slice(value);
+        self.offsets.push(self.data.len() as i32);
+    }
+
+    /// (int32 offsets, data) for Python, lent, not copied.
+    pub fn into_py(self, py: Python<'_>) -> PyResult<(Bound<'_, Buffer>, Bound<'_, Buffer>)> {
+        let offsets = if self.offsets.is_empty() { vec![0] } else { self.offsets };
+        Ok((column(py, offsets)?, column(py, self.data)?))
+    }
+}
+
+/// `buf[starts[i]..ends[i]]` for every i, concatenated: the one copy a binary column needs.
+pub fn gather(buf: &[u8], starts: &[i64], ends: &[i64]) -> Binary {
+    let total: i64 = starts.iter().zip(ends).map(|(a, b)| b - a).sum();
+    let mut out = Binary::with_capacity(starts.len(), total.max(0) as usize);
+    for (i, (&a, &b)) in starts.iter().zip(ends).enumerate() {
+        if let Some(&ahead) = starts.get(i + AHEAD) {
+            prefetch(buf, ahead);
+        }
+        out.push(&buf[a as usize..b as usize]);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gather_concatenates_slices_with_offsets() {
+        let g = gather(b"0123456789abcdef", &[1, 5, 5, 10], &[3, 5, 8, 16]);
+        assert_eq!(g.offsets, vec![0, 2, 2, 5, 11]);
+        assert_eq!(g.data, b"12567abcdef");
+    }
+}

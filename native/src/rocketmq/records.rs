@@ -1,0 +1,302 @@
+//! Well-framed records -> one row per message, with the checks that quarantine a record.
+//!
+//! The checks, in the reference's order (`formats/rocketmq_commitlog.py::_records`), the first
+//! failing one giving the reason: timestamps a Spark TIMESTAMP holds, BODYCRC, the inner
+//! batch, a UTF-8 topic, UTF-8 properties. Rows are made for the records that pass.
+
+use std::collections::HashMap;
+
+use super::batch::{unwrap, Mini};
+use super::columns::{Derived, Rules};
+use super::hosts::{format_host, message_id};
+use super::layout::{body_length_at, host_width, BORNHOST_V6_FLAG, BORN_HOST_AT, COMPRESSED_FLAG, MAGIC_V2,
+                    NEED_UNWRAP_FLAG, STOREHOST_V6_FLAG};
+use super::properties;
+use crate::buffers::Binary;
+use crate::hash::FnvBuild;
+use crate::read::{be_i16, be_i32, be_i64, prefetch, AHEAD};
+
+/// Epoch milliseconds a Spark TIMESTAMP holds (years 1..9999).
+const MS_MIN: i64 = -62_135_596_800_000;
+const MS_MAX: i64 = 253_402_300_799_999;
+
+/// Where the fields of one record sit.
+struct Record {
+    p: usize,
+    size: i64,
+    sysflag: i32,
+    store_ts_at: usize,
+    store_at: usize,
+    recon_at: usize,
+    body: (usize, usize),
+    topic: (usize, usize),
+    props: (usize, usize),
+}
+
+impl Record {
+    fn at(buf: &[u8], p: i64, size: i64) -> Record {
+        let p = p as usize;
+        let sysflag = be_i32(buf, p + 36);
+        let store_ts_at = p + BORN_HOST_AT + host_width(sysflag & BORNHOST_V6_FLAG != 0);
+        let store_at = store_ts_at + 8;
+        let recon_at = store_at + host_width(sysflag & STOREHOST_V6_FLAG != 0);
+        let body_at = p + body_length_at(sysflag) + 4;
+        let blen = be_i32(buf, body_at - 4) as usize;
+        let tl_at = body_at + blen;
+        let v2 = be_i32(buf, p + 4) == MAGIC_V2;
+        let (tlen, topic_at) = if v2 { (be_i16(buf, tl_at) as usize, tl_at + 2) } else { (buf[tl_at] as i8 as usize, tl_at + 1) };
+        let pl_at = topic_at + tlen;
+        let plen = be_i16(buf, pl_at) as usize;
+        Record { p, size, sysflag, store_ts_at, store_at, recon_at, body: (body_at, body_at + blen),
+                 topic: (topic_at, pl_at), props: (pl_at + 2, pl_at + 2 + plen) }
+    }
+
+    /// The messages of the record (one, or an inner batch's), or why it is bad.
+    fn check(&self, buf: &[u8], verify_crc: bool) -> Result<Vec<Mini>, String> {
+        let born = be_i64(buf, self.p + 40);
+        if !(MS_MIN..=MS_MAX).contains(&born) {
+            return Err(format!("BORNTIMESTAMP {born} is not a time"));
+        }
+        let store = be_i64(buf, self.store_ts_at);
+        if !(MS_MIN..=MS_MAX).contains(&store) {
+            return Err(format!("STORETIMESTAMP {store} is not a time"));
+        }
+        let stored = be_i32(buf, self.p + 8);
+        if verify_crc {
+            let got = (crc32fast::hash(&buf[self.body.0..self.body.1]) & 0x7FFF_FFFF) as i32;
+            if got != stored {
+                return Err(format!("BODYCRC mismatch: stored {stored}, the body's CRC32 is {got}"));
+            }
+        }
+        let messages = if self.sysflag & NEED_UNWRAP_FLAG == 0 {
+            let flag = be_i32(buf, self.p + 16);
+            vec![Mini { pos: self.p as i64, flag, crc: stored, body: span(self.body), props: span(self.props) }]
+        } else if self.sysflag & COMPRESSED_FLAG != 0 {
+            return Err("compressed inner batch (batches are never compressed)".into());
+        } else {
+            unwrap(buf, self.body.0 as i64, self.body.1 as i64)?
+        };
+        if std::str::from_utf8(&buf[self.topic.0..self.topic.1]).is_err() {
+            return Err("TOPIC is not valid UTF-8".into());
+        }
+        if messages.iter().any(|m| std::str::from_utf8(&buf[m.props.0 as usize..m.props.1 as usize]).is_err()) {
+            return Err("PROPERTIES are not valid UTF-8".into());
+        }
+        Ok(messages)
+    }
+}
+
+fn span((a, b): (usize, usize)) -> (i64, i64) {
+    (a as i64, b as i64)
+}
+
+type Names<'a> = HashMap<&'a [u8], i64, FnvBuild>;
+
+/// A host column: most records of a chunk share a few hosts, so the last one is reused.
+#[derive(Default)]
+pub struct Hosts {
+    pub out: Binary,
+    last: Vec<u8>,
+    text: String,
+}
+
+impl Hosts {
+    fn push(&mut self, raw: &[u8]) {
+        if raw != self.last.as_slice() || self.out.offsets.len() < 2 {
+            self.text.clear();
+            format_host(raw, &mut self.text);
+            self.last.clear();
+            self.last.extend_from_slice(raw);
+        }
+        self.out.push(self.text.as_bytes());
+    }
+}
+
+/// Parsed properties of every row: kept entries, their names' codes, the first UNIQ_KEY.
+#[derive(Default)]
+pub struct Props {
+    pub rows: Vec<i64>,
+    pub keys: Binary,
+    pub values: Binary,
+    pub codes: Vec<i64>,
+    pub names: Vec<String>,
+    pub uniq_first: Binary,
+    pub uniq_first_valid: Vec<bool>,
+}
+
+/// A row's kept properties, as parsed and with their name codes (reused from row to row).
+#[derive(Default)]
+struct Kept<'a> {
+    pairs: Vec<(&'a [u8], &'a [u8])>,
+    coded: Vec<(i64, &'a [u8], &'a [u8])>,
+    previous: Vec<(i64, &'a [u8], &'a [u8])>,
+}
+
+/// One row per message of the records that pass every check.
+#[derive(Default)]
+pub struct Messages {
+    pub reasons: Vec<(usize, String)>,
+    pub outer: Vec<i64>,
+    pub pos: Vec<i64>,
+    pub flag: Vec<i32>,
+    pub crc: Vec<i32>,
+    pub length: Vec<i64>,
+    pub queue_id: Vec<i32>,
+    pub queue_offset: Vec<i64>,
+    pub physical_offset: Vec<i64>,
+    pub sysflag: Vec<i32>,
+    pub born_ms: Vec<i64>,
+    pub store_ms: Vec<i64>,
+    pub reconsume: Vec<i32>,
+    pub prepared: Vec<i64>,
+    pub topic: Binary,
+    pub body: Binary,
+    pub born_host: Hosts,
+    pub store_host: Hosts,
+    pub message_id: Binary,
+    pub props: Props,
+    pub derived: Derived,
+}
+
+impl Messages {
+    fn new() -> Self {
+        let mut m = Messages { derived: Derived::new(), ..Default::default() };
+        for b in [&mut m.topic, &mut m.body, &mut m.born_host.out, &mut m.store_host.out, &mut m.message_id,
+                  &mut m.props.keys, &mut m.props.values, &mut m.props.uniq_first] {
+            *b = Binary::with_capacity(0, 0);
+        }
+        m
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    /// Room for about `n` rows in the fixed-width columns (more for inner batches).
+    fn reserve(&mut self, n: usize) {
+        for v in [&mut self.outer, &mut self.pos, &mut self.length, &mut self.queue_offset, &mut self.physical_offset,
+                  &mut self.born_ms, &mut self.store_ms, &mut self.prepared] {
+            v.reserve(n);
+        }
+        for v in [&mut self.flag, &mut self.crc, &mut self.queue_id, &mut self.sysflag, &mut self.reconsume] {
+            v.reserve(n);
+        }
+        self.message_id.data.reserve(32 * n);
+        self.message_id.offsets.reserve(n);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn push<'a>(&mut self, buf: &'a [u8], i: usize, r: &Record, index: i64, mini: &Mini, names: &mut Names<'a>,
+                kept: &mut Kept<'a>, rules: &Rules) {
+        let p = r.p;
+        let row = self.outer.len() as i64;
+        self.outer.push(i as i64);
+        self.pos.push(mini.pos);
+        self.flag.push(mini.flag);
+        self.crc.push(mini.crc);
+        self.length.push(if index == 0 { r.size } else { 0 }); // a batch's bytes count on its first row
+        self.queue_id.push(be_i32(buf, p + 12));
+        self.queue_offset.push(be_i64(buf, p + 20) + index);
+        self.physical_offset.push(be_i64(buf, p + 28));
+        self.sysflag.push(r.sysflag);
+        self.born_ms.push(be_i64(buf, p + 40));
+        self.store_ms.push(be_i64(buf, r.store_ts_at));
+        self.reconsume.push(be_i32(buf, r.recon_at));
+        self.prepared.push(be_i64(buf, r.recon_at + 4));
+        self.topic.push(&buf[r.topic.0..r.topic.1]);
+        self.body.push(&buf[mini.body.0 as usize..mini.body.1 as usize]);
+        self.born_host.push(&buf[p + BORN_HOST_AT..r.store_ts_at]);
+        self.store_host.push(&buf[r.store_at..r.recon_at]);
+        self.message_id.data.reserve(2 * (r.recon_at - r.store_at + 8));
+        message_id(&buf[r.store_at..r.recon_at], &buf[p + 28..p + 36], &mut self.message_id.data);
+        self.message_id.offsets.push(self.message_id.data.len() as i32);
+        self.add_properties(&buf[mini.props.0 as usize..mini.props.1 as usize], row, names, kept, rules);
+        self.derived.push(rules, &kept.coded, r.sysflag, be_i64(buf, p + 40), &buf[r.topic.0..r.topic.1]);
+    }
+
+    fn add_properties<'a>(&mut self, text: &'a [u8], row: i64, names: &mut Names<'a>, kept: &mut Kept<'a>,
+                          rules: &Rules) {
+        let first = properties::parse_into(text, &mut kept.pairs);
+        let pr = &mut self.props;
+        std::mem::swap(&mut kept.coded, &mut kept.previous);
+        kept.coded.clear();
+        for (j, &(k, v)) in kept.pairs.iter().enumerate() {
+            // Rows of a chunk mostly repeat the same names in the same order: try the code of
+            // the previous row's name at this place before hashing.
+            let guess = kept.previous.get(j).filter(|(_, name, _)| *name == k).map(|(c, _, _)| *c);
+            let next = names.len() as i64;
+            let code = guess.unwrap_or_else(|| *names.entry(k).or_insert_with(|| {
+                pr.names.push(String::from_utf8_lossy(k).into_owned()); // checked UTF-8 above
+                self.derived.name(rules, k);
+                next
+            }));
+            kept.coded.push((code, k, v));
+            pr.rows.push(row);
+            pr.keys.push(k);
+            pr.values.push(v);
+            pr.codes.push(code);
+        }
+        pr.uniq_first.push(first.unwrap_or(b""));
+        pr.uniq_first_valid.push(first.is_some());
+    }
+}
+
+/// Decode the records at `positions` (TOTALSIZE `lengths`), already checked by the framing walk.
+pub fn decode(buf: &[u8], positions: &[i64], lengths: &[i64], verify_crc: bool, rules: &Rules) -> Messages {
+    let mut out = Messages::new();
+    // Bodies are most of the bytes: room for all of them at once, so growing never copies
+    // them (pages are only touched as they are written).
+    out.body.data.reserve(lengths.iter().sum::<i64>().max(0) as usize);
+    out.reserve(positions.len());
+    let mut names = Names::default();
+    let mut kept = Kept::default();
+    for (i, (&p, &size)) in positions.iter().zip(lengths).enumerate() {
+        if let Some(&ahead) = positions.get(i + AHEAD) {
+            prefetch(buf, ahead); // TOTALSIZE .. BORNHOST
+            prefetch(buf, ahead + 64); // STOREHOST .. BODYLENGTH, the body's start
+        }
+        let r = Record::at(buf, p, size);
+        match r.check(buf, verify_crc) {
+            Err(why) => out.reasons.push((i, why)),
+            Ok(messages) => {
+                for (index, mini) in messages.iter().enumerate() {
+                    out.push(buf, i, &r, index as i64, mini, &mut names, &mut kept, rules);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rocketmq::layout::tests::record;
+
+    fn rules() -> Rules {
+        Rules { delay_levels: vec![1000], reserved: Default::default(), system_topics: Default::default(), system_prefix: b"rmq_sys_".to_vec() }
+    }
+
+    #[test]
+    fn the_real_brokers_record_shape_decodes() {
+        let rec = record(0, b"Once, there was a chance for me!", "abc", b"UNIQ_KEY\x01u1\x02TAGS\x01t\x02");
+        let m = decode(&rec, &[0], &[rec.len() as i64], true, &rules());
+        assert!(m.reasons.is_empty());
+        assert_eq!(m.topic.data, b"abc");
+        assert_eq!(m.born_host.out.data, b"127.0.0.1:0");
+        assert_eq!(m.store_host.out.data, b"192.168.71.1:8123");
+        assert_eq!(m.crc, vec![151131488]);
+        assert_eq!(m.props.names, vec!["UNIQ_KEY", "TAGS"]);
+        assert_eq!((m.props.uniq_first.data.as_slice(), m.props.uniq_first_valid.as_slice()), (&b"u1"[..], &[true][..]));
+    }
+
+    #[test]
+    fn a_wrong_crc_and_a_bad_topic_are_reasons() {
+        let mut rec = record(0, b"body", "t", b"");
+        rec[11] ^= 1;
+        let m = decode(&rec, &[0], &[rec.len() as i64], true, &rules());
+        assert!(m.reasons[0].1.starts_with("BODYCRC mismatch: stored "));
+        assert!(decode(&rec, &[0], &[rec.len() as i64], false, &rules()).reasons.is_empty());
+        let mut bad_topic = record(0, b"body", "t", b"");
+        let at = bad_topic.len() - 3;
+        bad_topic[at] = 0xff;
+        assert_eq!(decode(&bad_topic, &[0], &[bad_topic.len() as i64], true, &rules()).reasons[0].1, "TOPIC is not valid UTF-8");
+    }
+}

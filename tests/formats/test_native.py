@@ -1,0 +1,276 @@
+"""The native codec core against the Python reference: identical Arrow output, quarantine rows and plans.
+
+Every case decodes the same files twice, ``native=True`` and ``native=False``, and requires
+the same table (messages and quarantine rows with their reasons, positions and raw bytes),
+the same byte accounting, the same scan, split points and advance steps.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import pickle
+import random
+import shutil
+import struct
+import sys
+import tempfile
+import warnings
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from msglake.formats import native as N
+from msglake.formats.base import decode_root
+from msglake.errors import ConfigError
+from msglake.formats.nsq_ext import NsqExtCodec
+from msglake.formats.registry import codec_class, get_codec
+from msglake.formats.rocketmq_commitlog import RocketMqCommitLogCodec
+from msglake.samples import nsq as nsq_samples, rocketmq as rocketmq_samples
+from msglake.samples.nsq_writer import NsqQueueWriter
+from msglake.samples.rocketmq_writer import CommitLogWriter, Inner, Message
+
+needs_native = pytest.mark.skipif(importlib.util.find_spec("msglake_native") is None,
+                                  reason="the native core is not built (make setup, or pip install ./native)")
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "data")
+TS = 1_793_500_000_123_456_789
+#: Examples per hypothesis test; raise MSGLAKE_FUZZ_EXAMPLES for a longer differential fuzz run.
+FAST = settings(max_examples=int(os.environ.get("MSGLAKE_FUZZ_EXAMPLES", "30")), deadline=None,
+                suppress_health_check=[HealthCheck.too_slow])
+
+
+def assert_same(codec_cls, root: str, **kw) -> pa.Table:
+    """Decode ``root`` on both paths; everything must agree. Returns the table."""
+    native, python = codec_cls(native=True, **kw), codec_cls(native=False, **kw)
+    a, b = decode_root(native, root), decode_root(python, root)
+    assert a.scan.segments == b.scan.segments and a.scan.notes == b.scan.notes
+    assert (a.decoded_bytes, a.quarantined_bytes, a.padding_bytes) == (b.decoded_bytes, b.quarantined_bytes,
+                                                                       b.padding_bytes)
+    if not a.table.equals(b.table):
+        for name in a.table.column_names:  # name the first column that differs
+            assert a.table[name].to_pylist() == b.table[name].to_pylist(), name
+    for seg in (s for s in a.scan.segments if s.committed_end > 0):  # the source plans no empty range
+        end = seg.committed_end
+        for target in (1, 700, 1 << 16):
+            assert native.split_points(root, seg, 0, end, target) == python.split_points(root, seg, 0, end, target)
+        for budget in ((1, None), (None, 3), (5000, 50), (None, None)):
+            assert native.advance(root, seg, 0, end, *budget) == python.advance(root, seg, 0, end, *budget)
+    return a.table
+
+
+def test_without_the_extension_the_python_path_is_used_with_one_warning(monkeypatch):
+    monkeypatch.setitem(sys.modules, "msglake_native", None)  # import fails as if not installed
+    monkeypatch.setattr(N, "_warned", False)
+    monkeypatch.delenv(N.ENV, raising=False)
+    with pytest.warns(RuntimeWarning, match="pip install ./native"):
+        assert NsqExtCodec()._core is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert RocketMqCommitLogCodec()._core is None  # warned once only
+
+
+@needs_native
+def test_a_build_of_another_version_is_not_used(monkeypatch):
+    import msglake_native
+
+    monkeypatch.setattr(msglake_native, "API_VERSION", N.API_VERSION + 1)
+    monkeypatch.setattr(N, "_warned", False)
+    with pytest.warns(RuntimeWarning, match="another msglake version"):
+        assert N.core(True) is None
+
+
+@needs_native
+def test_the_switch_forces_the_python_path(monkeypatch):
+    monkeypatch.setenv(N.ENV, "0")
+    assert N.core() is None and NsqExtCodec()._core is None and RocketMqCommitLogCodec()._core is None
+    monkeypatch.setenv(N.ENV, "1")
+    assert N.core() is not None and N.core(False) is None
+    assert RocketMqCommitLogCodec()._core is not None and RocketMqCommitLogCodec(native=False)._core is None
+
+
+@needs_native
+@pytest.mark.parametrize("fmt", ["nsq-ext", "rocketmq-commitlog"])
+def test_the_native_option_is_one_of_each_codecs_options(fmt, monkeypatch):
+    monkeypatch.delenv(N.ENV, raising=False)
+    options = codec_class(fmt).Options
+    assert get_codec(fmt, options.from_strings({"native": "false"}, "source"))._core is None
+    assert get_codec(fmt, options.from_strings({"Native": ""}, "source"))._core is not None  # unset: the default
+    assert get_codec(fmt, {"native": True})._core is not None
+    with pytest.raises(ConfigError, match="native"):
+        options.from_strings({"native": "maybe"}, "source")
+
+
+@needs_native
+@pytest.mark.parametrize("native", [True, False, None])
+def test_a_codec_pickles_for_the_executors_and_keeps_its_path(native, monkeypatch):
+    monkeypatch.delenv(N.ENV, raising=False)  # None: the default, the native core
+    for cls in (NsqExtCodec, RocketMqCommitLogCodec):
+        copy = pickle.loads(pickle.dumps(cls(native=native, chunk_bytes=4096)))
+        assert copy.chunk_bytes == 4096 and (copy._core is None) == (native is False)
+
+
+# --------------------------------------------------------------------------- NSQ
+
+
+@needs_native
+@pytest.mark.parametrize("seed", [7, 8])
+def test_nsq_sample_data_path_with_every_corruption_kind(tmp_path, seed):
+    nsq_samples.generate(str(tmp_path), 1500, seed=seed, max_bytes_per_file=64 << 10)
+    table = assert_same(NsqExtCodec, str(tmp_path), storeHost="10.0.0.5:4150")
+    assert table.filter(pa.compute.is_valid(table["reason"])).num_rows > 5  # the corruptions are there
+    assert_same(NsqExtCodec, str(tmp_path), chunk_bytes=3000)
+
+
+@needs_native
+def test_nsq_live_data_path(tmp_path):
+    nsq_samples.write_live(str(tmp_path), 400, pause=0)
+    assert_same(NsqExtCodec, str(tmp_path))
+
+
+_values = st.one_of(st.text(max_size=8), st.integers(-(1 << 62), 1 << 62), st.booleans(), st.none(),
+                    st.floats(allow_nan=False), st.lists(st.integers(-(1 << 63), (1 << 64) - 1), max_size=2))
+_headers = st.one_of(
+    st.dictionaries(st.sampled_from(["##trace_id", "##client_dispatch_tag", "priority", "keys", "app",
+                                     "nsq.client.compress", "bornTimestamp", "messageKey", "x-y"]), _values, max_size=5),
+    st.dictionaries(st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=6),
+                    st.one_of(st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=6),
+                              st.integers(-(10**18) + 1, 10**18 - 1)), max_size=4),
+    st.sampled_from([b"{}", b"not json", b"[1]", b'{"a":1,"a":2}', b'{"##trace_id":"12x"}', b'{"a" : "b"}',
+                     b'{"priority":123456789012345678901234}', b'{"a":"\\u00e9","b":-0}']),
+)
+# Values the integer, keys and compression rules read from strings (Python's int(s.strip()) rules).
+_numberish = st.one_of(st.text(alphabet="0123456789_+- ", max_size=24), st.integers(-(10**18) + 1, 10**18 - 1),
+                       st.sampled_from([" 42 ", "1_000", "+7", "007", "1__0", "9" * 25, "3000000000",
+                                        "253402300799999"]))
+_column_headers = st.dictionaries(
+    st.sampled_from(["priority", "durability", "delayTime", "bornTimestamp", "expireTime", "startDeliverTime", "keys",
+                     "nsq.client.compress", "traceId", "##trace_id", "messageKey", "shardingKey", "bornHost", "app"]),
+    _numberish, max_size=6)
+_headers = st.one_of(_headers, _column_headers)
+_nsq_records = st.lists(st.tuples(st.binary(max_size=60), st.one_of(st.none(), _headers, st.sampled_from(["tag", ""]))),
+                        min_size=1, max_size=25)
+
+
+def _nsq_segment(root: str, records, flips: list[tuple[int, int]], cut: int) -> None:
+    with NsqQueueWriter(root, "t", 0) as w:
+        for i, (body, header) in enumerate(records):
+            if isinstance(header, str):
+                w.put(body, tag=header, timestamp_ns=TS + i)
+            else:
+                w.put(body, header=header, timestamp_ns=TS + i)
+        seg = os.path.join(root, "t", w.segment)
+    data = bytearray(open(seg, "rb").read())
+    for at, value in flips:
+        if data:
+            data[at % len(data)] = value
+    with open(seg, "wb") as f:
+        f.write(data[: len(data) - cut % 7])
+
+
+@needs_native
+@FAST
+@given(records=_nsq_records, flips=st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), max_size=3),
+       cut=st.integers(0, 100), chunk=st.sampled_from([64, 257, 4096, 8 << 20]))
+def test_nsq_generated_segments_with_corruption(records, flips, cut, chunk):
+    with tempfile.TemporaryDirectory() as root:
+        _nsq_segment(root, records, flips, cut)
+        assert_same(NsqExtCodec, root, chunk_bytes=chunk)
+
+
+# --------------------------------------------------------------------------- RocketMQ
+
+
+@needs_native
+@pytest.mark.parametrize("folder", ["rocketmq", "rocketmq-batch"])
+def test_real_broker_files(tmp_path, folder):
+    os.makedirs(tmp_path / "commitlog")
+    for name in os.listdir(os.path.join(DATA, folder)):
+        if name.isdigit():
+            shutil.copy(os.path.join(DATA, folder, name), tmp_path / "commitlog")
+    table = assert_same(RocketMqCommitLogCodec, str(tmp_path))
+    assert table.num_rows >= 2
+
+
+@needs_native
+@pytest.mark.parametrize("seed", [7, 9])
+def test_rocketmq_sample_store_with_every_corruption_kind(tmp_path, seed):
+    rocketmq_samples.generate(str(tmp_path), 1200, seed=seed, file_size=96 << 10)
+    table = assert_same(RocketMqCommitLogCodec, str(tmp_path))
+    assert table.filter(pa.compute.is_valid(table["reason"])).num_rows > 5
+    assert_same(RocketMqCommitLogCodec, str(tmp_path), chunk_bytes=5000, verifyCrc=False, decompress=True)
+
+
+@needs_native
+def test_rocketmq_sparse_live_file(tmp_path):
+    src = str(tmp_path / "src")
+    with CommitLogWriter(src, 1 << 20) as w:
+        placed = [w.put(Message("orders", b"%05d" % i * 300, {"KEYS": f"k{i} x"})) for i in range(60)]
+    name = "00000000000000000000"
+    data = open(os.path.join(src, "commitlog", name), "rb").read()
+    os.makedirs(tmp_path / "live" / "commitlog")
+    with open(tmp_path / "live" / "commitlog" / name, "wb") as f:
+        f.truncate(1 << 20)  # a hole where records 20..40 were never written, and a hole after
+        f.write(data[: placed[20].position])
+        f.seek(placed[40].position)
+        f.write(data[placed[40].position : placed[-1].position + placed[-1].length])
+    assert_same(RocketMqCommitLogCodec, str(tmp_path / "live"))
+
+
+_hosts = st.sampled_from(["127.0.0.1:50000", "10.1.2.3:10911", "[::1]:10911", "[2408:4004:180::898a]:1",
+                          "[::ffff:1.2.3.4]:7", "[1:0:0:2::3]:9"])
+_props = st.dictionaries(st.sampled_from(["UNIQ_KEY", "KEYS", "TAGS", "DELAY", "TIMER_DELIVER_MS", "TRAN_MSG", "TTL",
+                                          "__SHARDINGKEY", "a", "caf\u00e9"]),
+                         st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF), min_size=1, max_size=6),
+                         max_size=5)
+
+
+@st.composite
+def _rocketmq_messages(draw):
+    out = []
+    for i in range(draw(st.integers(1, 12))):
+        kind = draw(st.sampled_from(["plain", "plain", "batch", "compressed", "v2"]))
+        m = Message("t" * draw(st.integers(1, 20)), draw(st.binary(max_size=80)), draw(_props),
+                    queue_id=i % 3, born_host=draw(_hosts), store_host=draw(_hosts),
+                    transaction=draw(st.sampled_from([0, 4, 8, 12])), crc32_trailer=draw(st.booleans()))
+        if kind == "batch":
+            m.inner = [Inner(draw(st.binary(max_size=20)), draw(_props)) for _ in range(draw(st.integers(1, 3)))]
+        elif kind == "compressed":
+            m.compression = draw(st.sampled_from(["zlib", "lz4", "zstd"]))
+        elif kind == "v2":
+            m.topic = "%RETRY%" + "g" * 130
+        out.append(m)
+    return out
+
+
+@needs_native
+@FAST
+@given(messages=_rocketmq_messages(),
+       flips=st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), max_size=3),
+       chunk=st.sampled_from([300, 2048, 8 << 20]), crc=st.booleans(), decompress=st.booleans())
+def test_rocketmq_generated_stores_with_corruption(messages, flips, chunk, crc, decompress):
+    with tempfile.TemporaryDirectory() as root:
+        with CommitLogWriter(root, 16 << 10) as w:
+            for m in messages:
+                w.put(m)
+        files = sorted(os.listdir(os.path.join(root, "commitlog")))
+        for at, value in flips:
+            path = os.path.join(root, "commitlog", files[at % len(files)])
+            fd = os.open(path, os.O_RDWR)
+            os.pwrite(fd, bytes([value]), at % max(os.fstat(fd).st_size, 1))
+            os.close(fd)
+        assert_same(RocketMqCommitLogCodec, root, chunk_bytes=chunk, verifyCrc=crc, decompress=decompress)
+
+
+@needs_native
+def test_random_bytes_give_the_same_rows(tmp_path):
+    rng = random.Random(5)
+    with CommitLogWriter(str(tmp_path), 64 << 10) as w:
+        for i in range(40):
+            body = bytes(rng.randrange(256) for _ in range(rng.randrange(200)))
+            w.put(Message("orders", body, {"UNIQ_KEY": f"U{i}"}))
+            if i % 9 == 4:
+                w.put_raw(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 400))))
+            if i % 13 == 6:
+                w.put_raw(struct.pack(">ii", 120, -626843481) + bytes(112))  # magic, lengths that do not add up
+    assert_same(RocketMqCommitLogCodec, str(tmp_path))
