@@ -65,6 +65,8 @@ class Message:
     #: which the broker appends after the message's, its UNIQ_KEY among them (the second
     #: UNIQ_KEY of the record: RocketMQ's decoder reports this last one).
     batch_properties: dict[str, str] | None = None
+    #: Text appended to the properties as is (pieces no serializer would write, for tests).
+    raw_properties: str = ""
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,7 @@ def encode_record(m: Message, physical_offset: int, queue_offset: int) -> tuple[
     prop_text = L.properties_to_string(props)
     if m.batch_properties:
         prop_text += L.properties_to_string(m.batch_properties)
+    prop_text += m.raw_properties
     if m.crc32_trailer:
         prop_text += L.crc32_trailer(0)  # digits of a CRC we do not check; the key is what readers meet
     prop_bytes = prop_text.encode()
