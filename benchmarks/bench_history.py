@@ -12,6 +12,7 @@ lookup and the median of the five; the first lookup of a fresh session is timed 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import statistics
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 
 from results_file import write  # benchmarks/ is on sys.path when a script in it runs
-from bench_replay import POLICIES, build
+from bench_replay import bench_lake
 
 REPO = Path(__file__).resolve().parent.parent
 #: Messages are spread over the topics by id modulo 7 (bench_replay.TOPICS): these are in orders,
@@ -34,34 +35,16 @@ def main() -> int:
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     args = p.parse_args()
 
-    from msglake.pipelines import settings as S
     from msglake.pipelines.jobs.history import history
     from msglake.pipelines.jobs.maintenance import optimize
-    from msglake.pipelines.session import build_session
 
-    lake = REPO / "bench-data" / f"replay-{args.messages}"
-    doc = S.from_dict(S.default_document()).model_dump()
-    doc["lake"]["root"] = str(lake)
-    doc["spark"]["master"] = args.master
-    doc["spark"]["conf"]["spark.driver.memory"] = "6g"
-    doc["policies"] = POLICIES
-    settings = S.from_dict(doc, "bench")
-    spark = build_session(settings, app_name="bench-history")
-    if not (lake / ".complete").exists():
-        lake.mkdir(parents=True, exist_ok=True)
-        started = time.monotonic()
-        build(spark, lake, args.messages)
-        (lake / ".complete").write_text("ok")
-        print(f"built the lake in {time.monotonic() - started:.1f}s", flush=True)
+    lake, _, settings, spark = bench_lake(args.messages, args.master, "bench-history")
     if not (lake / ".optimized").exists():
         started = time.monotonic()
         optimize(spark, settings, ["messages", "consumer_events"])
         (lake / ".optimized").write_text("ok")
         print(f"optimized in {time.monotonic() - started:.1f}s", flush=True)
-    as_of = "2026-11-01T04:00:00+00:00"
-    import datetime as dt
-
-    t = dt.datetime.fromisoformat(as_of)
+    t = dt.datetime(2026, 11, 1, 4, tzinfo=dt.timezone.utc)  # after every store and TTL
     ids = [f"m{i % args.messages:010d}" for i in IDS]
     times, shapes = [], {}
     started = time.monotonic()

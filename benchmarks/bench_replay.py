@@ -88,31 +88,39 @@ def build(spark, lake: Path, n: int) -> None:
         "delta").mode("overwrite").save(str(lake / "consumer_events"))
 
 
+def bench_lake(messages: int, master: str, app_name: str):
+    """(lake folder, settings document, settings, session) of the N-message lake, built once."""
+    from msglake.pipelines import settings as S
+    from msglake.pipelines.session import build_session
+
+    lake = REPO / "bench-data" / f"replay-{messages}"
+    doc = S.from_dict(S.default_document()).model_dump()
+    doc["lake"]["root"] = str(lake)
+    doc["spark"]["master"] = master
+    doc["spark"]["conf"]["spark.driver.memory"] = "6g"
+    doc["policies"] = POLICIES
+    settings = S.from_dict(doc, "bench")
+    spark = build_session(settings, app_name=app_name)
+    if not (lake / ".complete").exists():
+        shutil.rmtree(lake, ignore_errors=True)
+        lake.mkdir(parents=True)
+        started = time.monotonic()
+        build(spark, lake, messages)
+        (lake / ".complete").write_text("ok")
+        print(f"built the lake in {time.monotonic() - started:.1f}s", flush=True)
+    return lake, doc, settings, spark
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--messages", type=int, default=1_000_000, help="messages (default 1,000,000)")
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     args = p.parse_args()
 
-    from msglake.pipelines import cli, settings as S
-    from msglake.pipelines.session import build_session
+    from msglake.pipelines import cli
 
-    lake = REPO / "bench-data" / f"replay-{args.messages}"
+    lake, doc, settings, spark = bench_lake(args.messages, args.master, "bench-replay")
     conf = lake / "msglake.yaml"
-    doc = S.from_dict(S.default_document()).model_dump()
-    doc["lake"]["root"] = str(lake)
-    doc["spark"]["master"] = args.master
-    doc["spark"]["conf"]["spark.driver.memory"] = "6g"
-    doc["policies"] = POLICIES
-    settings = S.from_dict(doc, "bench")
-    spark = build_session(settings, app_name="bench-replay")
-    if not (lake / ".complete").exists():
-        shutil.rmtree(lake, ignore_errors=True)
-        lake.mkdir(parents=True)
-        started = time.monotonic()
-        build(spark, lake, args.messages)
-        (lake / ".complete").write_text("ok")
-        print(f"built the lake in {time.monotonic() - started:.1f}s", flush=True)
     conf.write_text(json.dumps(doc))
     for t in ("message_states", "dead_letters", "message_events", "_checkpoints"):
         shutil.rmtree(lake / t, ignore_errors=True)
