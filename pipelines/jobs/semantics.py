@@ -47,6 +47,7 @@ from msglake.schemas import MESSAGES_TABLE
 from msglake.schemas.semantics import CONSUMER_EVENTS_TABLE, DEAD_LETTERS_TABLE, MESSAGE_EVENTS_TABLE
 from msglake.transforms.lifecycle import (
     DEFAULT_MAX_HOPS,
+    ORIGIN_ID,
     ROW,
     conform_events,
     copy_states,
@@ -120,6 +121,25 @@ def _ts(micros: int | None):
         microseconds=micros)
 
 
+#: Up to this many retry-record origins are looked up by id (file statistics skip the rest of
+#: the table); more, and the table is joined whole.
+ORIGIN_LOOKUP_IDS = 10_000
+
+
+def _origins(s: Stream, batch: DataFrame) -> DataFrame | None:
+    """Where the origins of the batch's RocketMQ retry records may be: an earlier batch too, so
+    the table (only the rows with those ids, where few), or None when no record names one."""
+    if "properties" not in batch.columns:
+        return None
+    origin = F.col("properties")[ORIGIN_ID]
+    ids = [r[0] for r in batch.where(is_lineage_topic(F.col("topic")) & origin.isNotNull()).select(origin)
+           .distinct().limit(ORIGIN_LOOKUP_IDS + 1).collect()]
+    table = s.table(MESSAGES_TABLE.name)
+    if not ids or table is None:
+        return None
+    return table if len(ids) > ORIGIN_LOOKUP_IDS else table.where(F.col("messageId").isin(ids))
+
+
 def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     """One micro-batch: see the module docstring."""
     spark, policies = s.spark, policy_dicts(s.settings.policies)
@@ -142,9 +162,8 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     t, t_prev = _ts(w), _ts(w_prev)
     store = F.col("storeTimestamp")
 
-    # a retry record's origin may be in an earlier batch: look it up in the whole table
-    new = stored_copies(batch, policies, origins=s.table(MESSAGES_TABLE.name)).select(*[c for c in ROW if c not in ("nextRowId", "nextTopic",
-                                                                                "nextStore", "offsetConsumedAt")])
+    new = stored_copies(batch, policies, origins=_origins(s, batch)).select(
+        *[c for c in ROW if c not in ("nextRowId", "nextTopic", "nextStore", "offsetConsumedAt")])
     new = new.select("*", *[F.lit(None).cast(k).alias(c) for c, k in (
         ("offsetConsumedAt", "timestamp"), ("nextRowId", "string"), ("nextTopic", "string"),
         ("nextStore", "timestamp"))]).select(*ROW).persist()

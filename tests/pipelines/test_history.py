@@ -22,7 +22,8 @@ SAME = ("rowId", "uniqueId", "parentRowId", "hop", "topic", "partition", "segmen
 
 
 def _ts(v):
-    return dt.datetime.fromisoformat(v) if isinstance(v, str) else v
+    v = dt.datetime.fromisoformat(v) if isinstance(v, str) else v
+    return v.replace(tzinfo=dt.timezone.utc) if isinstance(v, dt.datetime) and v.tzinfo is None else v
 
 
 def _norm(row: dict) -> tuple:
@@ -31,7 +32,7 @@ def _norm(row: dict) -> tuple:
             return [fix(x) for x in v]
         if isinstance(v, dict):
             return {k: fix(x) for k, x in sorted(v.items())}
-        return _ts(v) if isinstance(v, str) and len(v) > 19 and v[10:11] == "T" else v
+        return _ts(v) if isinstance(v, dt.datetime) or isinstance(v, str) and len(v) > 19 and v[10:11] == "T" else v
     return tuple(fix(row[k]) for k in SAME)
 
 
@@ -47,6 +48,18 @@ def _replay_json(spark, settings, tmp_path, name):
     return states, events
 
 
+def _replay_tables(spark, settings):
+    """The replayed fixture's own evaluation at T, from the lake's Delta tables."""
+    at_t = F.col("asOf") == F.lit(T)
+    states = {r["rowId"]: r.asDict(recursive=True) for r in
+              spark.read.format("delta").load(settings.lake.table_path("message_states")).where(at_t).collect()}
+    events: dict = {}
+    for r in (spark.read.format("delta").load(settings.lake.table_path("message_events")).where(at_t)
+              .orderBy("rowId", "seq").collect()):
+        events.setdefault(r["rowId"], []).append((r["event"], _ts(r["time"]), r["seq"], r["reason"]))
+    return states, events
+
+
 def _agrees(story, states, events):
     assert story.copies
     for c in story.copies:
@@ -55,9 +68,9 @@ def _agrees(story, states, events):
 
 
 @pytest.fixture(scope="module")
-def lake(spark, replayed, tmp_path_factory):
+def lake(spark, replayed):
     settings, acked, _ = replayed
-    states, events = _replay_json(spark, settings, tmp_path_factory.mktemp("history"), "replay")
+    states, events = _replay_tables(spark, settings)  # `msglake replay --as-of T` of the fixture
     return settings, acked, states, events
 
 
