@@ -66,6 +66,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_ingest.py --format rocketmq-commitlog
 	$(BIN)/python benchmarks/bench_stream.py
 	$(BIN)/python benchmarks/bench_replay.py
+	$(BIN)/python benchmarks/bench_history.py
 	$(BIN)/python benchmarks/bench_trace.py
 	$(BIN)/python benchmarks/bench_sql.py
 	$(BIN)/python benchmarks/bench_small_segments.py
