@@ -4,7 +4,8 @@
   producer retries (``retryOf`` set) left out, so one published message is one row.
 - ``v_trace``: every hop of a ``traceId``: each stored record carrying it (retry and DLQ
   topics, system copies included, flagged) and the dead-lettered copies the latest replay
-  derived, in store order, with ``latencyMs`` from the previous hop (the first hop: from
+  derived (joined on the engine's message key: the producer's own UNIQ_KEY, else uniqueId,
+  else messageId), in store order, with ``latencyMs`` from the previous hop (the first hop: from
   ``bornTimestamp``).
 - ``v_dead_letters``: the dead-lettered copies of the latest evaluation, one row per
   ``deathHistory`` entry (``deathIndex`` 0 = the latest death).
@@ -27,7 +28,7 @@ SELECT * FROM messages WHERE NOT coalesce(systemCopy, false) AND retryOf IS NULL
 """
 
 _TRACE_STORED = """
-SELECT traceId, coalesce(uniqueId, messageId) AS uniqueId, topic, partition, queueOffset, messageId, sourceFormat,
+SELECT traceId, coalesce(producerUniqueId, uniqueId, messageId) AS uniqueId, topic, partition, queueOffset, messageId, sourceFormat,
        coalesce(systemCopy, false) AS systemCopy, retryOf IS NOT NULL AS producerRetry, CAST(NULL AS INT) AS hop,
        bornTimestamp, storeTimestamp
 FROM messages WHERE traceId IS NOT NULL
@@ -37,7 +38,7 @@ _TRACE_DERIVED = """
 SELECT t.traceId, s.uniqueId, s.topic, s.partition, s.queueOffset, CAST(NULL AS STRING), CAST(NULL AS STRING),
        false, false, s.hop, CAST(NULL AS TIMESTAMP), s.storeTimestamp
 FROM message_states s
-JOIN (SELECT DISTINCT traceId, coalesce(uniqueId, messageId) AS uniqueId FROM messages WHERE traceId IS NOT NULL) t
+JOIN (SELECT DISTINCT traceId, coalesce(producerUniqueId, uniqueId, messageId) AS uniqueId FROM messages WHERE traceId IS NOT NULL) t
   ON s.uniqueId = t.uniqueId
 WHERE s.hop > 0 AND s.segment IS NULL AND s.{latest}
 """
