@@ -25,6 +25,7 @@ from msglake.errors import InputError, LakeError
 from msglake.pipelines.jobs.evaluate import evaluate
 from msglake.pipelines.jobs.replay import default_as_of, lake_table
 from msglake.pipelines.settings import Settings, policy_dicts
+from msglake.schemas import MESSAGES_TABLE
 from msglake.transforms.lifecycle import (
     DEFAULT_MAX_HOPS,
     ORIGIN_ID,
@@ -129,8 +130,8 @@ def history(spark: SparkSession, settings: Settings, wanted: str, *, as_of: dt.d
     if coupled:
         lake_topics = [r["topic"] for r in messages.select("topic").distinct().collect()]
         whole = _upstream(policies, lake_topics, coupled) | coupled
-        related = own.unionByName(messages.where(F.col("topic").isin(sorted(whole)))).dropDuplicates(
-            ["sourceFormat", "topic", "partition", "segment", "segmentPosition"])
+        related = (own.unionByName(messages.where(F.col("topic").isin(sorted(whole))))
+                   .dropDuplicates(list(MESSAGES_TABLE.key)))
         involved |= _targets(policies, whole)
 
     events = lake_table(spark, settings, "consumer_events")
@@ -167,8 +168,7 @@ def _records(messages: DataFrame, seeds: list) -> DataFrame:
     by_unique = F.col("uniqueId").isin(unique) | F.col("producerUniqueId").isin(unique) if unique else F.lit(False)
     by_origin = F.col("messageId").isin(sorted({s["origin"] for s in seeds if s["origin"]}))
     retries = messages.where(is_lineage_topic(F.col("topic")) & F.col("properties")[ORIGIN_ID].isin(origins))
-    return messages.where(exact | by_unique | by_origin).unionByName(retries).dropDuplicates(
-        ["sourceFormat", "topic", "partition", "segment", "segmentPosition"])
+    return messages.where(exact | by_unique | by_origin).unionByName(retries).dropDuplicates(list(MESSAGES_TABLE.key))
 
 
 def _utc(v):
