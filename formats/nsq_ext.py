@@ -113,6 +113,19 @@ def frame(buf, start: int, end: int, core=None) -> Framing:
     return _framing(np.asarray(positions, np.int64), pos, kind, bad)
 
 
+#: What the native core needs of :func:`msglake.formats.nsq_headers.is_user_property`.
+_NOT_PROPERTIES = (sorted(H.COLUMN_HEADERS), list(H.RESERVED_PREFIXES))
+
+
+def frame_chunk(buf, core=None) -> tuple[Framing, dict | None]:
+    """:func:`frame` of a whole chunk; with the native ``core``, also the chunk's rows when every
+    record in it is plain (decoded in the same pass, see ``native/src/nsq/chunk.rs``), else None."""
+    if core is None:
+        return frame(buf, 0, len(buf)), None
+    raw, pos, kind, bad, plain = core.nsq_chunk(buf, 0, len(buf), *_NOT_PROPERTIES)
+    return _framing(np.frombuffer(raw, np.int64), pos, kind, bad), plain
+
+
 def _framing(at: np.ndarray, pos: int, kind: str, bad: int) -> Framing:
     lengths = np.diff(at, append=pos) - 4 if len(at) else np.zeros(0, np.int64)
     return Framing(at, lengths, pos, kind, bad)
@@ -262,8 +275,13 @@ def decode_chunk(
     store_host: str | None,
     quarantine: QuarantineBuilder,
     core=None,
+    plain: dict | None = None,
 ) -> ChunkDecode:
-    """Decode the framed records of ``buf`` (file bytes starting at file position ``base``)."""
+    """Decode the framed records of ``buf`` (file bytes starting at file position ``base``).
+
+    ``plain``: the rows the native core made in its framing pass (:func:`frame_chunk`), when
+    every record of the chunk is plain; else the records are decoded here step by step.
+    """
     pos, n = fr.positions, fr.lengths
     if len(pos) == 0:
         return ChunkDecode(None, 0)
@@ -271,6 +289,12 @@ def decode_chunk(
         for p, ln in zip(pos.tolist(), n.tolist()):
             quarantine.add(base + p, buf[p : p + 4 + ln].tobytes(), seg.problem)
         return ChunkDecode(None, 0)
+    if plain is not None:
+        body_off = np.frombuffer(plain["body"][0], np.int32)
+        batch = _batch(H.native_header_columns(plain), seg, store_host, base + pos, n + 4,
+                       NV.strings(plain["message_id"]), np.frombuffer(plain["store_us"], np.int64),
+                       np.frombuffer(plain["attempts"], np.int32), body_off, plain["body"][1])
+        return ChunkDecode(batch, int((n + 4).sum()))
 
     rec_end = pos + 4 + n
     f = (_python_fields if core is None else _native_fields)(buf, pos, n, core)
@@ -328,8 +352,6 @@ def decode_chunk(
     tag_where = row_index[np.asarray(tag_rows, np.int64)]
 
     columns = H.header_columns(docs, doc_where, m, core)
-    columns["priority"] = pc.fill_null(columns["priority"], DEFAULT_PRIORITY)
-    columns["durability"] = pc.fill_null(columns["durability"], 0)
     # traceId: the header's (traceId, else ##trace_id), else the record's trace half when set.
     trace_rows = trace[rows]
     columns["traceId"] = pc.coalesce(
@@ -339,7 +361,19 @@ def decode_chunk(
 
     body_off, body_data = (gather_slices if core is None else _native_gather(core))(buf, body_start[rows],
                                                                                     rec_end[rows])
-    positions = base + pos[rows]
+    batch = _batch(columns, seg, store_host, base + pos[rows], n[rows] + 4,
+                   pa.array(msg_id[rows], pa.uint64()).cast(pa.string()), ts_ns[rows] // 1000,
+                   attempts[rows].astype(np.int32), body_off, body_data)
+    return ChunkDecode(batch, int((n[rows] + 4).sum()))
+
+
+def _batch(columns: dict[str, pa.Array], seg: SegmentInfo, store_host: str | None, positions: np.ndarray,
+           record_lengths: np.ndarray, message_id: pa.Array, store_us: np.ndarray, attempts: np.ndarray,
+           body_off: np.ndarray, body_data) -> pa.RecordBatch:
+    """The source batch of decoded records: their header columns and the record's own fields."""
+    m = len(positions)
+    columns["priority"] = pc.fill_null(columns["priority"], DEFAULT_PRIORITY)
+    columns["durability"] = pc.fill_null(columns["durability"], 0)
     columns.update(
         {
             "topic": constant(seg.topic, m),
@@ -350,17 +384,17 @@ def decode_chunk(
             "queueOffset": pa.array(positions + seg.start_virtual)
             if seg.start_virtual is not None
             else pa.nulls(m, pa.int64()),
-            "messageId": pa.array(msg_id[rows], pa.uint64()).cast(pa.string()),
-            "storeTimestamp": pa.array(ts_ns[rows] // 1000, pa.int64()).cast(TS),
+            "messageId": message_id,
+            "storeTimestamp": pa.array(store_us, pa.int64()).cast(TS),
             "storeHost": constant(store_host, m),
-            "deliveryCount": pa.array(attempts[rows].astype(np.int32)),
+            "deliveryCount": pa.array(attempts),
             "body": binary_array(body_off, body_data),
             "bodySize": pa.array(np.diff(body_off).astype(np.int32)),
-            "recordLength": pa.array(n[rows] + 4),
+            "recordLength": pa.array(record_lengths),
             "systemCopy": pa.array(np.zeros(m, np.bool_)),  # NSQ keeps no internal copies
         }
     )
-    return ChunkDecode(source_batch(columns, m), int((n[rows] + 4).sum()))
+    return source_batch(columns, m)
 
 
 class NsqExtOptions(CodecOptions):
@@ -599,7 +633,7 @@ class NsqExtCodec:
                     if not data:
                         break
                 chunk_end = pos + len(data)
-                fr = frame(data, 0, len(data), self._core)
+                fr, plain = frame_chunk(data, self._core)
                 if fr.stop_kind == "incomplete" and chunk_end < end and len(fr.positions) == 0:
                     # One record larger than the chunk: read exactly that record.
                     need = 4 + fr.bad_length
@@ -607,9 +641,10 @@ class NsqExtCodec:
                         f.seek(pos)
                         data = f.read(need)
                         chunk_end = pos + len(data)
-                        fr = frame(data, 0, len(data), self._core)
+                        fr, plain = frame_chunk(data, self._core)
                 qb = QuarantineBuilder(SOURCE_FORMAT, seg)
-                chunk = decode_chunk(np.frombuffer(data, np.uint8), pos, fr, seg, self.store_host, qb, self._core)
+                chunk = decode_chunk(np.frombuffer(data, np.uint8), pos, fr, seg, self.store_host, qb, self._core,
+                                     plain)
                 next_pos = pos + fr.stop
                 if fr.stop_kind == "broken":
                     f.seek(next_pos)

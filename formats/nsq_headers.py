@@ -407,6 +407,11 @@ def _native_columns(core, pairs: Pairs, rows: np.ndarray | None, n: int | None) 
     is_int = np.ascontiguousarray(pairs.is_int, np.bool_).view(np.uint8)
     d = core.nsq_header_columns(pairs.names, [is_user_property(key) for key in pairs.names], counts, code, is_int,
                                 offsets.view(np.uint8), data, rows, k if n is None else n)
+    return native_header_columns(d)
+
+
+def native_header_columns(d: dict) -> dict[str, pa.Array]:
+    """The columns :func:`header_columns` makes, from the native core's buffers of them."""
     col = {key: NV.optional_ints(d[key], TS) for key in _TS_HEADERS}
     col.update({key: NV.optional_strings(d[key]) for key in _STR_HEADERS})
     col["priority"] = NV.optional_ints(d["priority"], pa.int32())

@@ -7,6 +7,7 @@
 //! int32 offsets + data) that Python wraps without a copy.
 
 mod buffers;
+mod digits;
 mod hash;
 mod nsq;
 mod read;
@@ -91,6 +92,34 @@ fn nsq_scan_headers<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, starts: &Boun
     d.set_item("is_int", column(py, is_int)?)?;
     d.set_item("texts", p.texts.into_py(py)?)?;
     Ok(Some(d))
+}
+
+/// NSQ: frame `buf[start:end]` and, when every record is plain (`nsq::chunk`), decode it in
+/// the same pass: (int64 positions, stop, kind, bad length prefix, columns or None). The
+/// columns: `store_us`, `attempts`, `message_id`, `body` and the header columns of
+/// `nsq_header_columns`. `columns`/`prefixes`: header names that are no user property.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn nsq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64, columns: Vec<String>,
+                  prefixes: Vec<String>)
+    -> PyResult<(Bound<'py, buffers::Buffer>, i64, &'static str, i64, Option<Bound<'py, PyDict>>)> {
+    let view = View::new(buf)?;
+    let bytes = |words: Vec<String>| words.into_iter().map(String::into_bytes).collect();
+    let users = nsq::chunk::UserProperties { columns: bytes(columns), prefixes: bytes(prefixes) };
+    let c = py.allow_threads(|| nsq::chunk::decode(view.bytes(), start, end, &users));
+    let fr = c.framing;
+    let rows = match c.rows {
+        None => None,
+        Some(r) => {
+            let d = nsq_columns_dict(py, r.headers)?;
+            d.set_item("store_us", column(py, r.store_us)?)?;
+            d.set_item("attempts", column(py, r.attempts)?)?;
+            d.set_item("message_id", r.message_id.into_py(py)?)?;
+            d.set_item("body", r.body.into_py(py)?)?;
+            Some(d)
+        }
+    };
+    Ok((column(py, fr.positions)?, fr.stop, fr.kind.name(), fr.bad, rows))
 }
 
 /// RocketMQ: the framing walk (`formats/rocketmq_commitlog.py::walk`):
@@ -231,7 +260,7 @@ fn derived_columns<'py>(py: Python<'py>, d: &Bound<'py, PyDict>, x: rocketmq::co
 
 /// Bumped whenever a function's arguments or results change: `formats/native.py` uses the
 /// module only when it names the same version, so a stale build never meets newer codecs.
-const API_VERSION: u32 = 1;
+const API_VERSION: u32 = 2;
 
 #[pymodule]
 fn msglake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -244,6 +273,7 @@ fn msglake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(nsq_fields, m)?)?;
     m.add_function(wrap_pyfunction!(nsq_scan_headers, m)?)?;
     m.add_function(wrap_pyfunction!(nsq_header_columns, m)?)?;
+    m.add_function(wrap_pyfunction!(nsq_chunk, m)?)?;
     m.add_function(wrap_pyfunction!(rmq_walk, m)?)?;
     m.add_function(wrap_pyfunction!(rmq_check_record, m)?)?;
     m.add_function(wrap_pyfunction!(rmq_records, m)?)?;

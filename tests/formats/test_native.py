@@ -127,6 +127,31 @@ def test_nsq_sample_data_path_with_every_corruption_kind(tmp_path, seed):
 
 
 @needs_native
+def test_clean_nsq_chunks_are_decoded_in_one_native_pass(tmp_path, monkeypatch):
+    """The one-pass path (``nsq::chunk``) takes every chunk of a data path without bad records, and
+    gives what the steps give; a chunk with a corrupt record goes step by step."""
+    from msglake.formats import nsq_ext
+
+    plain = []
+    frame_chunk = nsq_ext.frame_chunk
+    def spy(buf, core=None):
+        fr, rows = frame_chunk(buf, core)
+        if core is not None and len(fr.positions):  # (a chunk smaller than its first record is read again)
+            plain.append(rows is not None)
+        return fr, rows
+
+    monkeypatch.setattr(nsq_ext, "frame_chunk", spy)
+    truth = nsq_samples.generate(str(tmp_path / "clean"), 1500, seed=3, max_bytes_per_file=64 << 10, bad_inputs=False)
+    table = assert_same(NsqExtCodec, str(tmp_path / "clean"), chunk_bytes=16 << 10)
+    assert table.num_rows == len(truth.messages) and pa.compute.sum(pa.compute.is_valid(table["tags"])).as_py() > 100
+    assert len(plain) > 20 and all(plain)
+    plain.clear()
+    nsq_samples.generate(str(tmp_path / "noisy"), 1500, seed=3, max_bytes_per_file=64 << 10)
+    assert_same(NsqExtCodec, str(tmp_path / "noisy"), chunk_bytes=16 << 10)
+    assert any(plain) and not all(plain)
+
+
+@needs_native
 def test_nsq_live_data_path(tmp_path):
     nsq_samples.write_live(str(tmp_path), 400, pause=0)
     assert_same(NsqExtCodec, str(tmp_path))

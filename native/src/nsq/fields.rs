@@ -51,13 +51,13 @@ impl Fields {
 }
 
 /// Where the ext block of one record puts its data and body, or why the record is bad.
-struct Ext {
-    ver: i16,
-    data: (i64, i64),
-    body: i64,
+pub(super) struct Ext {
+    pub ver: i16,
+    pub data: (i64, i64),
+    pub body: i64,
 }
 
-fn ext_block(buf: &[u8], s: i64, n: i64, raw_attempts: u16) -> Result<Ext, String> {
+pub(super) fn ext_block(buf: &[u8], s: i64, n: i64, raw_attempts: u16) -> Result<Ext, String> {
     let high = raw_attempts & 0xF000;
     let is_ext = high == EXT_FLAG;
     if raw_attempts > MAX_ATTEMPTS && high != 0 && !is_ext {
@@ -87,6 +87,11 @@ fn ext_block(buf: &[u8], s: i64, n: i64, raw_attempts: u16) -> Result<Ext, Strin
     Ok(Ext { ver: ver as i16, data: (a, a + len), body: a + len })
 }
 
+/// The delivery count of the attempts field: its low twelve bits once the ext flag is set.
+pub(super) fn attempts(raw: u16) -> i32 {
+    (if raw > MAX_ATTEMPTS { raw & 0x0FFF } else { raw }) as i32
+}
+
 /// Read and check every record at `positions` (of the length prefix), `lengths` without it.
 pub fn read(buf: &[u8], positions: &[i64], lengths: &[i64]) -> Fields {
     let mut f = Fields::with_capacity(positions.len());
@@ -108,7 +113,7 @@ pub fn read(buf: &[u8], positions: &[i64], lengths: &[i64]) -> Fields {
         let raw_attempts = if whole { be_u16(buf, (s + 8) as usize) } else { 0 };
         f.ok.push(f.reasons.last().is_none_or(|r| r.0 != i));
         f.ts_ns.push(if whole { be_i64(buf, s as usize) } else { 0 });
-        f.attempts.push(if raw_attempts > MAX_ATTEMPTS { raw_attempts & 0x0FFF } else { raw_attempts } as i32);
+        f.attempts.push(attempts(raw_attempts));
         f.msg_id.push(if whole { be_u64(buf, (s + 10) as usize) } else { 0 });
         f.trace.push(if whole { be_u64(buf, (s + 18) as usize) } else { 0 });
         f.ver.push(ext.ver);

@@ -24,7 +24,7 @@ const PRIORITY: usize = 7;
 const DURABILITY: usize = 8;
 const DELAY: usize = 9;
 const TRACE: usize = 10;
-const TRACE_ID: usize = 11;
+pub const TRACE_ID: usize = 11;
 const KEY: usize = 12;
 const SHARDING: usize = 13;
 const TAG: usize = 14;
@@ -56,6 +56,15 @@ impl Column {
         }
         self.bin.push(v.unwrap_or(b""));
         self.valid.push(v.is_some());
+    }
+
+    /// `text` in place of the last value when that one is null (a coalesce, row by row).
+    pub fn or_last(&mut self, text: &[u8]) {
+        if let Some(false) = self.valid.last() {
+            self.bin.offsets.pop();
+            self.bin.push(text);
+            *self.valid.last_mut().unwrap() = true;
+        }
     }
 
     fn int(&mut self, v: Option<i64>) {

@@ -42,7 +42,7 @@ impl<'a> Cursor<'a> {
     fn string(&mut self) -> Option<&'a [u8]> {
         self.eat(b'"')?;
         let a = self.i;
-        let len = self.b[a..].iter().position(|&c| c == b'"')?;
+        let len = memchr::memchr(b'"', &self.b[a..])?;
         let s = &self.b[a..a + len];
         // Printable ASCII only: escapes, control bytes and non-ASCII are left to orjson.
         if !s.iter().all(|&c| (0x20..=0x7E).contains(&c) && c != b'\\') {
@@ -67,10 +67,10 @@ impl<'a> Cursor<'a> {
     }
 }
 
-type Pair<'a> = (&'a [u8], bool, &'a [u8]);
+pub(super) type Pair<'a> = (&'a [u8], bool, &'a [u8]);
 
 /// The pairs of one header into `pairs` (cleared first), or None unless it is simple.
-fn header<'a>(b: &'a [u8], pairs: &mut Vec<Pair<'a>>) -> Option<()> {
+pub(super) fn header<'a>(b: &'a [u8], pairs: &mut Vec<Pair<'a>>) -> Option<()> {
     let mut c = Cursor { b, i: 0 };
     pairs.clear();
     c.eat(b'{')?;

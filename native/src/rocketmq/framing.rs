@@ -11,6 +11,13 @@ use crate::read::be_i32;
 /// Big-endian signed integer of `width` bytes at `at`, bytes past the buffer read as its
 /// last byte (as `formats/base.py::be_int` reads them).
 pub fn clamped(b: &[u8], at: i64, width: usize) -> i64 {
+    if at >= 0 && (at as usize).saturating_add(width) <= b.len() {
+        // The usual case, read at once: a record's fields lie inside the buffer.
+        let mut raw = [0u8; 8];
+        raw[8 - width..].copy_from_slice(&b[at as usize..at as usize + width]);
+        let shift = 64 - 8 * width as u32;
+        return (i64::from_be_bytes(raw) << shift) >> shift;
+    }
     let last = b.len().saturating_sub(1) as i64;
     let mut v: i64 = 0;
     for k in 0..width as i64 {

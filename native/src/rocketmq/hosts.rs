@@ -19,22 +19,12 @@ pub fn format_host(raw: &[u8], out: &mut String) {
     let _ = write!(out, "]:{port}");
 }
 
-/// A number in decimal, without the formatting machinery (hosts are formatted per record).
+/// A number in decimal (ASCII, so the String stays UTF-8).
 fn decimal(v: i64, out: &mut String) {
     if v < 0 {
         out.push('-');
     }
-    let mut digits = [0u8; 20];
-    let (mut n, mut at) = (v.unsigned_abs(), digits.len());
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend(digits[at..].iter().map(|&d| d as char));
+    out.extend(crate::digits::format_u64(v.unsigned_abs(), &mut [0u8; 20]).iter().map(|&d| d as char));
 }
 
 /// An IPv6 address as Python's `ipaddress` writes it: lower-case groups, the longest run

@@ -23,8 +23,12 @@ pub fn parse(text: &[u8]) -> (Vec<Entry<'_>>, Option<&[u8]>) {
 pub fn parse_into<'a>(text: &'a [u8], kept: &mut Vec<Entry<'a>>) -> Option<&'a [u8]> {
     kept.clear();
     let mut first = None;
-    for piece in text.split(|&b| b == 0x02) {
-        let Some(sep) = piece.iter().position(|&b| b == 0x01) else {
+    for piece in memchr::memchr_iter(0x02, text).chain([text.len()]).scan(0, |from, to| {
+        let piece = &text[*from..to];
+        *from = to + 1;
+        Some(piece)
+    }) {
+        let Some(sep) = memchr::memchr(0x01, piece) else {
             continue; // no separator: the broker's parser drops the piece too
         };
         let (name, value) = (&piece[..sep], &piece[sep + 1..]);

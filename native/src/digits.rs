@@ -1,0 +1,47 @@
+//! Numbers written as decimal text, without the formatting machinery (ids and hosts are
+//! written once per record).
+
+/// `v` in decimal, written at the end of `digits`: the slice that holds it.
+pub fn format_u64(v: u64, digits: &mut [u8; 20]) -> &[u8] {
+    let (mut n, mut at) = (v, digits.len());
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    &digits[at..]
+}
+
+/// `v` in decimal, appended to `out`.
+pub fn push_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(format_u64(v, &mut [0u8; 20]));
+}
+
+/// Whether `s` is a decimal number (ASCII digits only) that fits a uint64.
+pub fn is_u64(s: &[u8]) -> bool {
+    !s.is_empty() && s.iter().all(u8::is_ascii_digit) && {
+        let digits = s.iter().skip_while(|&&c| c == b'0').count();
+        digits < 20 || (digits == 20 && std::str::from_utf8(s).ok().and_then(|t| t.parse::<u64>().ok()).is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_and_checks_decimals() {
+        let mut out = Vec::new();
+        push_u64(&mut out, 0);
+        out.push(b' ');
+        push_u64(&mut out, u64::MAX);
+        assert_eq!(out, b"0 18446744073709551615");
+        for (s, ok) in [(&b"0"[..], true), (b"18446744073709551615", true), (b"18446744073709551616", false),
+                        (b"000018446744073709551615", true), (b"", false), (b"12a", false), (b"-1", false)] {
+            assert_eq!(is_u64(s), ok, "{}", String::from_utf8_lossy(s));
+        }
+    }
+}
