@@ -91,6 +91,8 @@ class Framing:
     kind: str
     why: str = ""
     need: int = 0  # for "incomplete": the TOTALSIZE of the record at ``stop``
+    #: The records already decoded by the native core as it walked them (:meth:`RocketMqCommitLogCodec._frame`).
+    decoded: dict | None = None
 
 
 _PHY_FLAG = struct.Struct(">qi")  # PHYSICALOFFSET, SYSFLAG
@@ -482,13 +484,15 @@ def _python_messages(buf: np.ndarray, p: np.ndarray, tot: np.ndarray, verify_crc
     )
 
 
-def _native_messages(core, buf: np.ndarray, p: np.ndarray, tot: np.ndarray, verify_crc: bool,
-                     delay_levels: np.ndarray) -> _Messages:
-    """:func:`_python_messages` by the native core: one pass over the records, columns handed over as
-    buffers; with the columns of ``RocketMqCommitLogCodec._property_columns`` too."""
-    d = core.rmq_records(buf, p, tot, verify_crc, delay_levels.tolist(), sorted(L.RESERVED_KEYS),
-                         sorted(L.SYSTEM_TOPICS), L.SYSTEM_TOPIC_PREFIX)
-    r = _Reasons(len(p))
+#: The rules of ``rocketmq_layout`` the native core applies (after the delay levels).
+_NATIVE_RULES = (sorted(L.RESERVED_KEYS), sorted(L.SYSTEM_TOPICS), L.SYSTEM_TOPIC_PREFIX)
+
+
+def _native_messages(d: dict, n: int) -> _Messages:
+    """:func:`_python_messages` by the native core, from the columns it made of a chunk's ``n``
+    records as it walked them (``rmq_chunk``), handed over as buffers; with the columns of
+    ``RocketMqCommitLogCodec._property_columns`` too."""
+    r = _Reasons(n)
     for i, why in d["reasons"]:
         r.reason[i] = why
         r.ok[i] = False
@@ -820,12 +824,12 @@ class RocketMqCommitLogCodec:
                     stop_at = size = pos + len(data)
                     if not data:
                         break
-                fr = walk(data, 0, len(data), stop_at - pos, phys0 + pos, size - pos, self._core)
+                fr = self._frame(data, stop_at - pos, phys0 + pos, size - pos)
                 if fr.kind == "incomplete" and len(fr.positions) == 0 and not short:
                     data = os.pread(fd, fr.need, pos)  # one record larger than the chunk
                     if len(data) < fr.need:
                         stop_at = size = pos + len(data)
-                    fr = walk(data, 0, len(data), stop_at - pos, phys0 + pos, size - pos, self._core)
+                    fr = self._frame(data, stop_at - pos, phys0 + pos, size - pos)
                 qb = QuarantineBuilder(SOURCE_FORMAT, seg)
                 batch, decoded = self._records(np.frombuffer(data, np.uint8), pos, fr, seg, qb)
                 nxt = pos + fr.stop
@@ -855,6 +859,16 @@ class RocketMqCommitLogCodec:
                 yield shrink_loss(SOURCE_FORMAT, seg, stop_at, end)
         finally:
             os.close(fd)
+
+    def _frame(self, data: bytes, hard_end: int, phys_base: int, file_end: int) -> Framing:
+        """:func:`walk` of a chunk read for decoding; the native core decodes each record as it
+        walks it (while its bytes are in cache), the Python path decodes after the walk."""
+        if self._core is None:
+            return walk(data, 0, len(data), hard_end, phys_base, file_end)
+        at, lengths, stop, kind, why, need, decoded = self._core.rmq_chunk(
+            data, 0, len(data), hard_end, phys_base, file_end, self.verify_crc, self.delay_levels.tolist(),
+            *_NATIVE_RULES)
+        return Framing(np.frombuffer(at, np.int64), np.frombuffer(lengths, np.int64), stop, kind, why, need, decoded)
 
     def _quarantine(self, fd: int, seg: SegmentInfo, a: int, b: int, reason: str) -> Iterator[DecodeResult]:
         """Quarantine raw bytes ``[a, b)`` of a file, a few rows at a time.
@@ -886,7 +900,7 @@ class RocketMqCommitLogCodec:
                 qb.add(base + a, buf[a : a + ln].tobytes(), seg.problem)
             return None, 0
         if self._core is not None:
-            msg = _native_messages(self._core, buf, p, tot, self.verify_crc, self.delay_levels)
+            msg = _native_messages(fr.decoded, n)
         else:
             msg = _python_messages(buf, p, tot, self.verify_crc, self._message_rows)
         r, o, props, m = msg.r, msg.o, msg.props, len(msg.o)

@@ -141,23 +141,42 @@ fn rmq_check_record(buf: &Bound<'_, PyAny>, pos: i64, size: i64, phys: i64) -> P
     Ok(rocketmq::framing::check_record(view.bytes(), pos, size, phys))
 }
 
-/// RocketMQ: one row per message of the framed records that pass every check, as a dict
-/// of column buffers; `reasons` lists (record index, why) of the others.
-///
-/// `delay_levels` (ms per DELAY level), `reserved` (property names that are not user
-/// properties), `system_topics` and `system_prefix` are the rules of `rocketmq_layout`.
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-fn rmq_records<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, positions: &Bound<'py, PyAny>,
-                    lengths: &Bound<'py, PyAny>, verify_crc: bool, delay_levels: Vec<i64>, reserved: Vec<String>,
-                    system_topics: Vec<String>, system_prefix: String) -> PyResult<Bound<'py, PyDict>> {
-    let (view, positions, lengths) = (View::new(buf)?, I64s::new(positions)?, I64s::new(lengths)?);
+/// The RocketMQ record rules of `rocketmq_layout`: `delay_levels` (ms per DELAY level),
+/// `reserved` (property names that are not user properties), `system_topics`, `system_prefix`.
+fn rmq_rules(delay_levels: Vec<i64>, reserved: Vec<String>, system_topics: Vec<String>, system_prefix: String)
+    -> rocketmq::columns::Rules {
     let set = |words: Vec<String>| words.into_iter().map(String::into_bytes).collect();
-    let rules = rocketmq::columns::Rules { delay_levels, reserved: set(reserved), system_topics: set(system_topics),
-                                           system_prefix: system_prefix.into_bytes() };
-    let m = py.allow_threads(|| {
-        rocketmq::records::decode(view.bytes(), positions.values(), lengths.values(), verify_crc, &rules)
+    rocketmq::columns::Rules { delay_levels, reserved: set(reserved), system_topics: set(system_topics),
+                               system_prefix: system_prefix.into_bytes() }
+}
+
+/// RocketMQ: `rmq_walk`, decoding each record as the walk reaches it (while its bytes are in
+/// cache): (int64 positions, int64 lengths, stop, kind, why, need, columns). The columns: one
+/// row per message of the records that pass every check; `reasons` lists (record index, why)
+/// of the others.
+#[pyfunction]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn rmq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64, hard_end: i64, phys_base: i64,
+                  file_end: i64, verify_crc: bool, delay_levels: Vec<i64>, reserved: Vec<String>,
+                  system_topics: Vec<String>, system_prefix: String)
+    -> PyResult<(Bound<'py, buffers::Buffer>, Bound<'py, buffers::Buffer>, i64, &'static str, String, i64,
+                 Bound<'py, PyDict>)> {
+    let view = View::new(buf)?;
+    let rules = rmq_rules(delay_levels, reserved, system_topics, system_prefix);
+    let (fr, m) = py.allow_threads(|| {
+        let bytes = view.bytes();
+        let room = (end - start).max(0) as usize;
+        let mut d = rocketmq::records::Decoder::new(bytes, verify_crc, &rules, room / 256, room);
+        let fr = rocketmq::framing::walk_each(bytes, start, end, hard_end, phys_base, file_end,
+                                              |i, p, size| d.record(i, p, size));
+        (fr, d.finish())
     });
+    let d = messages_dict(py, m)?;
+    Ok((column(py, fr.positions)?, column(py, fr.lengths)?, fr.stop, fr.kind.name(), fr.why, fr.need, d))
+}
+
+/// The decoded RocketMQ messages as a dict of column buffers.
+fn messages_dict(py: Python<'_>, m: rocketmq::records::Messages) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("reasons", m.reasons)?;
     d.set_item("outer", column(py, m.outer)?)?;
@@ -276,6 +295,6 @@ fn msglake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(nsq_chunk, m)?)?;
     m.add_function(wrap_pyfunction!(rmq_walk, m)?)?;
     m.add_function(wrap_pyfunction!(rmq_check_record, m)?)?;
-    m.add_function(wrap_pyfunction!(rmq_records, m)?)?;
+    m.add_function(wrap_pyfunction!(rmq_chunk, m)?)?;
     Ok(())
 }

@@ -124,6 +124,13 @@ fn stop_at(buf: &[u8], pos: i64, end: i64, hard_end: i64, file_end: i64, phys: i
 /// Walk `buf[start..end]` (`hard_end` >= `end`: where the data really ends; `phys_base`: the
 /// physical offset of `buf[0]`; `file_end`: the end of the file, relative to `buf`).
 pub fn walk(buf: &[u8], start: i64, end: i64, hard_end: i64, phys_base: i64, file_end: i64) -> Framing {
+    walk_each(buf, start, end, hard_end, phys_base, file_end, |_, _, _| {})
+}
+
+/// [`walk`], calling `each(index, position, TOTALSIZE)` for every record as it is found (its
+/// bytes are then in cache).
+pub fn walk_each(buf: &[u8], start: i64, end: i64, hard_end: i64, phys_base: i64, file_end: i64,
+                 mut each: impl FnMut(usize, i64, i64)) -> Framing {
     let mut fr = Framing { positions: Vec::new(), lengths: Vec::new(), stop: start, kind: Stop::End, why: String::new(), need: 0 };
     let mut pos = start;
     while pos + 8 <= end {
@@ -132,6 +139,7 @@ pub fn walk(buf: &[u8], start: i64, end: i64, hard_end: i64, phys_base: i64, fil
             break;
         }
         let size = be_i32(buf, pos as usize) as i64;
+        each(fr.positions.len(), pos, size);
         fr.positions.push(pos);
         fr.lengths.push(size);
         pos += size;

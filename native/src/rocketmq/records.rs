@@ -14,7 +14,7 @@ use super::layout::{body_length_at, host_width, BORNHOST_V6_FLAG, BORN_HOST_AT, 
 use super::properties;
 use crate::buffers::Binary;
 use crate::hash::FnvBuild;
-use crate::read::{be_i16, be_i32, be_i64, prefetch, AHEAD};
+use crate::read::{be_i16, be_i32, be_i64};
 
 /// Epoch milliseconds a Spark TIMESTAMP holds (years 1..9999).
 const MS_MIN: i64 = -62_135_596_800_000;
@@ -238,31 +238,52 @@ impl Messages {
     }
 }
 
-/// Decode the records at `positions` (TOTALSIZE `lengths`), already checked by the framing walk.
-pub fn decode(buf: &[u8], positions: &[i64], lengths: &[i64], verify_crc: bool, rules: &Rules) -> Messages {
-    let mut out = Messages::new();
-    // Bodies are most of the bytes: room for all of them at once, so growing never copies
-    // them (pages are only touched as they are written).
-    out.body.data.reserve(lengths.iter().sum::<i64>().max(0) as usize);
-    out.reserve(positions.len());
-    let mut names = Names::default();
-    let mut kept = Kept::default();
-    for (i, (&p, &size)) in positions.iter().zip(lengths).enumerate() {
-        if let Some(&ahead) = positions.get(i + AHEAD) {
-            prefetch(buf, ahead); // TOTALSIZE .. BORNHOST
-            prefetch(buf, ahead + 64); // STOREHOST .. BODYLENGTH, the body's start
-        }
-        let r = Record::at(buf, p, size);
-        match r.check(buf, verify_crc) {
-            Err(why) => out.reasons.push((i, why)),
+/// Decodes records one at a time, as they are found or from a list of them.
+pub struct Decoder<'a> {
+    buf: &'a [u8],
+    verify_crc: bool,
+    rules: &'a Rules,
+    out: Messages,
+    names: Names<'a>,
+    kept: Kept<'a>,
+}
+
+impl<'a> Decoder<'a> {
+    /// `bytes`: about how many record bytes will follow (room for the bodies at once, so
+    /// growing never copies them; pages are only touched as they are written).
+    pub fn new(buf: &'a [u8], verify_crc: bool, rules: &'a Rules, records: usize, bytes: usize) -> Self {
+        let mut out = Messages::new();
+        out.body.data.reserve(bytes);
+        out.reserve(records);
+        Decoder { buf, verify_crc, rules, out, names: Names::default(), kept: Kept::default() }
+    }
+
+    /// Record `i` of the chunk, at `p` with TOTALSIZE `size`, already checked by the framing walk.
+    pub fn record(&mut self, i: usize, p: i64, size: i64) {
+        let r = Record::at(self.buf, p, size);
+        match r.check(self.buf, self.verify_crc) {
+            Err(why) => self.out.reasons.push((i, why)),
             Ok(messages) => {
                 for (index, mini) in messages.iter().enumerate() {
-                    out.push(buf, i, &r, index as i64, mini, &mut names, &mut kept, rules);
+                    self.out.push(self.buf, i, &r, index as i64, mini, &mut self.names, &mut self.kept, self.rules);
                 }
             }
         }
     }
-    out
+
+    pub fn finish(self) -> Messages {
+        self.out
+    }
+}
+
+/// Decode the records at `positions` (TOTALSIZE `lengths`), already checked by the framing walk.
+#[cfg(test)]
+pub fn decode(buf: &[u8], positions: &[i64], lengths: &[i64], verify_crc: bool, rules: &Rules) -> Messages {
+    let mut d = Decoder::new(buf, verify_crc, rules, positions.len(), buf.len());
+    for (i, (&p, &size)) in positions.iter().zip(lengths).enumerate() {
+        d.record(i, p, size);
+    }
+    d.finish()
 }
 
 #[cfg(test)]
