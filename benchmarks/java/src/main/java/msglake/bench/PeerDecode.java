@@ -15,7 +15,7 @@ import org.apache.rocketmq.common.sysflag.MessageSysFlag;
  * RocketMQ's own {@link MessageDecoder} over CommitLog files: the peer that benchmarks/suite.py and
  * bench_decode.py time next to msglake's decode, on the same files.
  *
- * <pre>java -cp 'target/classes:target/lib/*' msglake.bench.PeerDecode [--warmup N] [--passes N] FILE...</pre>
+ * <pre>java -cp 'target/classes:target/lib/*' msglake.bench.PeerDecode [--messages N] FILE...</pre>
  *
  * Each file is mapped once and walked as the broker's recovery walks it
  * ({@code CommitLog.checkMessageAndReturnSize}): a record is decoded with
@@ -24,11 +24,14 @@ import org.apache.rocketmq.common.sysflag.MessageSysFlag;
  * of a pre-sized file) ends the file. Anything else that does not decode is an error, not an end:
  * the decoder itself only returns null, so a damaged file would otherwise pass as a short one.
  * Inner-batch records are unwrapped as the consumer does ({@code PullAPIWrapper}), one message
- * each, so messages count as msglake's rows do. After {@code --warmup} untimed passes (the JIT),
- * {@code --passes} timed ones; one JSON line on stdout gives the best.
+ * each, so messages count as msglake's rows do. Untimed passes warm the JIT until they have decoded
+ * {@code --messages} (default 2,000,000), then timed passes run until they have too, at least
+ * {@link #MIN_PASSES}: counted in work, as a small data set needs many passes and a large one few.
+ * One JSON line on stdout gives the fastest pass.
  */
 public final class PeerDecode {
     private static final int UNWRAP = MessageSysFlag.INNER_BATCH_FLAG | MessageSysFlag.NEED_UNWRAP_FLAG;
+    private static final int MIN_PASSES = 3;
 
     /** What one pass decoded; {@code sink} sums a few fields so the JIT cannot drop the decoding. */
     static final class Pass {
@@ -36,32 +39,36 @@ public final class PeerDecode {
     }
 
     public static void main(String[] args) throws IOException {
-        int warmup = 2, passes = 3;
+        long work = 2_000_000;
         List<ByteBuffer> files = new ArrayList<>();
         for (int i = 0; i < args.length; i++) {
-            switch (args[i]) {
-                case "--warmup" -> warmup = Integer.parseInt(args[++i]);
-                case "--passes" -> passes = Integer.parseInt(args[++i]);
-                default -> files.add(map(Path.of(args[i])));
+            if (args[i].equals("--messages")) {
+                work = Long.parseLong(args[++i]);
+            } else {
+                files.add(map(Path.of(args[i])));
             }
         }
-        if (files.isEmpty() || passes < 1) {
-            throw new IllegalArgumentException("usage: PeerDecode [--warmup N] [--passes N] FILE...");
+        if (files.isEmpty()) {
+            throw new IllegalArgumentException("usage: PeerDecode [--messages N] FILE...");
         }
-        for (int i = 0; i < warmup; i++) {
-            decodeAll(files);
+        Pass first = decodeAll(files);
+        if (first.messages == 0) {
+            throw new IllegalStateException("no message in " + files.size() + " file(s)");
         }
-        Pass first = null;
+        int warmup = 1;
+        for (long done = first.messages; done < work; warmup++) {
+            done += decodeAll(files).messages;
+        }
         long best = Long.MAX_VALUE;
-        for (int i = 0; i < passes; i++) {
+        int passes = 0;
+        for (long done = 0; passes < MIN_PASSES || done < work; passes++) {
             long started = System.nanoTime();
-            Pass p = decodeAll(files);
+            done += decodeAll(files).messages;
             best = Math.min(best, System.nanoTime() - started);
-            first = first == null ? p : first;
         }
         double seconds = best / 1e9;
         System.out.printf("{\"records\": %d, \"messages\": %d, \"bytes\": %d, \"seconds\": %.4f, "
-                + "\"messagesPerS\": %.1f, \"warmup\": %d, \"passes\": %d, \"sink\": %d}%n", first.records,
+                + "\"messagesPerS\": %.1f, \"warmupPasses\": %d, \"passes\": %d, \"sink\": %d}%n", first.records,
             first.messages, first.bytes, seconds, first.messages / seconds, warmup, passes, first.sink);
     }
 
@@ -111,7 +118,7 @@ public final class PeerDecode {
         try {
             MessageDecoder.decodeMessage(batch, inner);
         } catch (Exception e) {
-            throw new IllegalStateException("inner batch at offset " + batch.getCommitLogOffset() + " does not decode", e);
+            throw new IllegalStateException("inner batch at " + batch.getCommitLogOffset() + " does not decode", e);
         }
         for (MessageExt m : inner) {
             count(m, p);
