@@ -77,6 +77,15 @@ def build() -> str | None:
     return None
 
 
+@functools.cache
+def ready() -> str | None:
+    """None when the peer can run (built now if it was not), else why not, said once in one line."""
+    why = build()
+    if why:
+        print(f"Java peer skipped: {why}", flush=True)
+    return why
+
+
 def commitlog_files(data: Path) -> list[Path]:
     """The CommitLog files msglake's codec finds under ``data``, in offset order."""
     from msglake.formats.registry import get_codec
@@ -112,10 +121,9 @@ def check_real_files() -> None:
 def run(data: Path, expected: int, *, work: int = WORK_MESSAGES) -> dict:
     """RocketMQ's ``MessageDecoder`` over the CommitLog files under ``data``: the fastest timed
     pass, after untimed ones (``work`` messages each way, see :data:`WORK_MESSAGES`). Its message
-    count must be ``expected`` (msglake's), or this raises. Without the peer: ``{"skipped": why}``, said once."""
-    why = build()
+    count must be ``expected`` (msglake's), or this raises. Without the peer: ``{"skipped": why}``."""
+    why = ready()
     if why:
-        print(f"Java peer skipped: {why}", flush=True)
         return {"skipped": why}
     check_real_files()
     out = harness(commitlog_files(data), work)
@@ -126,9 +134,7 @@ def run(data: Path, expected: int, *, work: int = WORK_MESSAGES) -> dict:
 
 def main(argv=None) -> int:
     argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
-    why = build()
-    if why:
-        print(f"Java peer skipped: {why}", flush=True)
+    if ready():
         return 0
     check_real_files()
     print("Java peer ready: it counts what msglake counts in the real brokers' files", flush=True)
