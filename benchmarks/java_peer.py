@@ -104,7 +104,7 @@ def harness(files: list[Path], work: int) -> dict:
     if proc.returncode:
         raise RuntimeError(f"the Java peer failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {**out, "mbPerS": out["bytes"] / out["seconds"] / 1e6, "cpu": cpu}
+    return {**out, "seconds": round(out["seconds"], 4), "mbPerS": out["bytes"] / out["seconds"] / 1e6, "cpu": cpu}
 
 
 @functools.cache

@@ -67,7 +67,7 @@ public final class PeerDecode {
             best = Math.min(best, System.nanoTime() - started);
         }
         double seconds = best / 1e9;
-        System.out.printf("{\"records\": %d, \"messages\": %d, \"bytes\": %d, \"seconds\": %.4f, "
+        System.out.printf("{\"records\": %d, \"messages\": %d, \"bytes\": %d, \"seconds\": %.9f, "
                 + "\"messagesPerS\": %.1f, \"warmupPasses\": %d, \"passes\": %d, \"sink\": %d}%n", first.records,
             first.messages, first.bytes, seconds, first.messages / seconds, warmup, passes, first.sink);
     }
