@@ -59,7 +59,14 @@ test-native:
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow"
 
-bench: setup
+# The Java peer of the decode benchmarks (benchmarks/java/: RocketMQ's own MessageDecoder), built
+# once with Maven and checked on the real broker files; without java, mvn or taskset one line says
+# the peer is skipped. Bench only: make test never builds it.
+PEER_STAMP := benchmarks/java/target/.built
+$(PEER_STAMP): benchmarks/java/pom.xml $(wildcard benchmarks/java/src/main/java/msglake/bench/*.java) | $(BIN)/.installed
+	$(BIN)/python benchmarks/java_peer.py
+
+bench: setup $(PEER_STAMP)
 	$(BIN)/python benchmarks/suite.py
 	$(BIN)/python benchmarks/bench_decode.py
 	$(BIN)/python benchmarks/bench_ingest.py --format nsq-ext

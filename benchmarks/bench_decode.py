@@ -1,4 +1,5 @@
-"""Decode alone, one core, no Spark: the Python path next to the native core, for both formats.
+"""Decode alone, one core, no Spark: the Python path next to the native core, for both formats,
+and for RocketMQ its own Java ``MessageDecoder`` on the same files.
 
     .venv/bin/python benchmarks/bench_decode.py [--messages 1000000] [--formats nsq-ext,rocketmq-commitlog]
         [--repeat 3]
@@ -6,7 +7,8 @@
 Uses the suite's data sets (bench-data/suite-<format>-<N>/, generated once, no bad inputs) and
 times what a Spark task runs (:func:`bench_ingest.decode_pass`: scan, then decode every file
 chunk by chunk) with ``MSGLAKE_NATIVE=0`` and ``=1``, best of ``--repeat`` passes each, the
-page cache warm and the process pinned to one CPU. Both paths must decode every message.
+page cache warm and the process pinned to one CPU. Both paths must decode every message. The
+Java peer (:func:`java_peer.run`, pinned to the same CPU) must count the same messages.
 Writes benchmarks/results/decode-<timestamp>.json and prints a Markdown table.
 """
 from __future__ import annotations
@@ -15,9 +17,10 @@ import argparse
 import os
 import sys
 
-from bench_ingest import decode_pass, ensure_data  # benchmarks/ is on sys.path when a script in it runs
+import java_peer  # benchmarks/ is on sys.path when a script in it runs
+from bench_ingest import decode_pass, ensure_data
 from results_file import write
-from suite import base_dir
+from suite import PEER_FORMAT, base_dir
 
 PATHS = {"python": "0", "native": "1"}
 
@@ -29,6 +32,16 @@ def best_pass(fmt: str, data, path: str, repeat: int) -> dict:
     n, on_disk, seconds = min(runs, key=lambda r: r[2])
     return {"messages": n, "bytes": on_disk, "seconds": round(seconds, 3), "messagesPerS": n / seconds,
             "mbPerS": on_disk / seconds / 1e6}
+
+
+def peer_lines(fmt: str, data, expected: int, runs: dict) -> list[str]:
+    """RocketMQ's Java decoder on the same files, into ``runs["java"]``; its table rows."""
+    peer = runs["java"] = java_peer.run(data, expected)
+    if "skipped" in peer:
+        return [f"| {fmt} | java (RocketMQ MessageDecoder) | skipped: {peer['skipped']} | | |"]
+    runs["nativeOverJava"] = runs["native"]["messagesPerS"] / peer["messagesPerS"]
+    return [f"| {fmt} | java (RocketMQ MessageDecoder) | {peer['messagesPerS']:,.0f} | {peer['mbPerS']:,.1f} | "
+            f"{peer['seconds']} |", f"| {fmt} | native / java | {runs['nativeOverJava']:.2f}x | | |"]
 
 
 def main(argv=None) -> int:
@@ -55,6 +68,8 @@ def main(argv=None) -> int:
             lines.append(f"| {fmt} | {path} | {r['messagesPerS']:,.0f} | {r['mbPerS']:,.1f} | {r['seconds']} |")
         runs["speedup"] = runs["native"]["messagesPerS"] / runs["python"]["messagesPerS"]
         lines.append(f"| {fmt} | native / python | {runs['speedup']:.2f}x | | |")
+        if fmt == PEER_FORMAT:
+            lines += peer_lines(fmt, data, expected, runs)
         result["formats"][fmt] = runs
     write("decode", result)
     print("\n".join(lines))

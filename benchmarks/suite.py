@@ -11,7 +11,9 @@ files the suite measures:
 
 1. raw read: bytes/s of reading the segment files sequentially in Python (1 MiB reads), page
    cache warm (read once, then timed);
-2. decode: the codec alone, no Spark, one core (scan, then decode each file chunk by chunk);
+2. decode: the codec alone, no Spark, one core (scan, then decode each file chunk by chunk); for
+   RocketMQ also its own Java ``MessageDecoder`` on the same files (benchmarks/java_peer.py, one
+   pinned core, its fastest pass after untimed ones that warm its JIT) and msglake's msg/s over its;
 3. engine ceiling: Spark reading the same messages already decoded (Parquet with the messages
    table's schema, written once, untimed) and writing them to a Delta ``messages`` table
    partitioned by topic/partition (timed): the best any Spark ingester could do;
@@ -50,6 +52,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(1, str(REPO))
 
+import java_peer  # noqa: E402
 from bench_ingest import decode_pass, ensure_data  # noqa: E402
 from results_file import write  # noqa: E402
 
@@ -68,6 +71,10 @@ SAMPLE_SECONDS = 0.2
 MEMORY_MARK = "SUITE-MEMORY "
 #: Issue 7's targets.
 TARGET_CEILING, TARGET_DECODE, TARGET_FLAT, TARGET_CORES, TARGET_MEMORY = 0.8, 2_000_000, 0.15, 1.7, 0.15
+#: Issue 18's: msglake's decode at least as fast as RocketMQ's own Java decoder, both on one core.
+TARGET_PEER = 1.0
+#: The format whose broker ships a decoder to compare with (RocketMQ's ``MessageDecoder``).
+PEER_FORMAT = "rocketmq-commitlog"
 
 STARTED = time.monotonic()
 
@@ -205,6 +212,17 @@ def decode(fmt: str, data: Path, expected: int) -> dict:
     assert n == expected, (n, expected)
     return {"messages": n, "bytes": on_disk, "seconds": round(seconds, 2), "messagesPerS": n / seconds,
             "mbPerS": on_disk / seconds / 1e6}
+
+
+def peer_decode(data: Path, expected: int, ours: dict) -> dict:
+    """RocketMQ's own decoder on the same files (:func:`java_peer.run`), with msglake's msg/s
+    (``ours``, :func:`decode`) over the peer's; ``{"skipped": why}`` without the peer."""
+    peer = java_peer.run(data, expected)
+    if "skipped" not in peer:
+        peer["msglakeOverPeer"] = ours["messagesPerS"] / peer["messagesPerS"]
+        log(f"  RocketMQ MessageDecoder (Java): {peer['messagesPerS']:,.0f} msg/s; msglake / Java "
+            f"{peer['msglakeOverPeer']:.2f}x")
+    return peer
 
 
 # --------------------------------------------------------------------------- Spark runs
@@ -445,6 +463,8 @@ def ratios(fr: dict) -> dict:
         out["decodeMessagesPerS"] = last["decode"]["messagesPerS"]
         if "rawRead" in last:
             out["decodeOverRawRead"] = last["decode"]["mbPerS"] / last["rawRead"]["mbPerS"]
+    if "msglakeOverPeer" in last.get("javaPeer", {}):
+        out["decodeOverJavaPeer"] = last["javaPeer"]["msglakeOverPeer"]
     if "ingest" in first:
         spread = {n: s["ingest"]["usPerMessage"] / first["ingest"]["usPerMessage"] - 1 for n, s in sizes.items()}
         out.update(costSpread=spread, costSpreadLargest=spread[large], costSpreadWorst=max(spread.values(), key=abs))
@@ -476,6 +496,7 @@ def _size_table(fr: dict) -> list[str]:
         ("raw read, warm page cache (1 MiB reads)", "rawRead", lambda s: f"{s['rawRead']['mbPerS']:,.0f} MB/s"),
         ("decode only, 1 core, no Spark", "decode",
          lambda s: f"{_n(s['decode']['messagesPerS'])} msg/s, {s['decode']['mbPerS']:,.1f} MB/s"),
+        ("decode, RocketMQ MessageDecoder (Java), 1 core", "javaPeer", _peer_cell),
         ("engine ceiling: Parquet -> Delta", "ceiling",
          lambda s: f"{_n(s['ceiling']['messagesPerS'])} msg/s ({s['ceiling']['seconds']:.1f} s)"),
         ("msglake ingest, semantics off", "ingest", lambda s: f"{_n(s['ingest']['messagesPerS'])} msg/s "
@@ -493,6 +514,14 @@ def _size_table(fr: dict) -> list[str]:
         if all(k in fr["sizes"][n] for n in sizes for k in need):
             out.append(f"| {name} | " + " | ".join(cell(fr["sizes"][n]) for n in sizes) + " |")
     return out
+
+
+def _peer_cell(s: dict) -> str:
+    peer = s["javaPeer"]
+    if "skipped" in peer:
+        return f"skipped: {peer['skipped']}"
+    return (f"{_n(peer['messagesPerS'])} msg/s, {peer['mbPerS']:,.1f} MB/s; msglake / Java "
+            f"{peer['msglakeOverPeer']:.2f}x")
 
 
 def _smallest_table(fr: dict) -> list[str]:
@@ -538,6 +567,9 @@ def _ratio_table(fr: dict) -> list[str]:
     if "decodeMessagesPerS" in r:
         out.append(f"| decode msg/s on one core ({large}) | {_n(r['decodeMessagesPerS'])} | >= {TARGET_DECODE:,} | "
                    f"{_verdict(r['decodeMessagesPerS'] >= TARGET_DECODE)} |")
+    if "decodeOverJavaPeer" in r:
+        out.append(f"| decode vs RocketMQ MessageDecoder (Java), one core ({large}) | {r['decodeOverJavaPeer']:.2f}x | "
+                   f">= {TARGET_PEER:.1f}x (issue 18) | {_verdict(r['decodeOverJavaPeer'] >= TARGET_PEER)} |")
     if "decodeOverRawRead" in r:
         out.append(f"| decode MB/s / raw read MB/s ({large}) | {r['decodeOverRawRead']:.3f} | decoding keeps up with "
                    f"the disk (-> 1) | |")
@@ -579,10 +611,13 @@ def markdown(result: dict) -> str:
             lines += ["", *table]
     lines += [
         "",
-        "Raw read and decode run in this Python process on one core; Spark runs use local[2], both cores. "
-        "Memory runs are ingests with semantics off, each in a fresh process (JVM); the 8x backlog is the next "
-        "size's data with the same maxBytesPerTrigger. Python workers' RSS is summed over the processes, so pages "
-        "forked workers share count once per worker; PSS splits them.",
+        "Raw read and decode run in this Python process on one core; RocketMQ's Java MessageDecoder runs on "
+        "the same files in a JVM pinned to one core (-XX:ActiveProcessorCount=1): its fastest of the timed "
+        f"passes (at least 3, {java_peer.WORK_MESSAGES:,} messages in all), after untimed passes of as many "
+        "messages that warm its JIT. Spark runs use local[2], both cores. Memory runs are ingests with semantics off, each in a "
+        "fresh process (JVM); the 8x backlog is the next size's data with the same maxBytesPerTrigger. Python "
+        "workers' RSS is summed over the processes, so pages forked workers share count once per worker; PSS "
+        "splits them.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -643,6 +678,8 @@ def main(argv=None) -> int:
             if "decode" in parts:
                 s["decode"] = decode(fmt, base / "data", expected)
                 log(f"  decode: {s['decode']['messagesPerS']:,.0f} msg/s, {s['decode']['mbPerS']:,.1f} MB/s")
+                if fmt == PEER_FORMAT:
+                    s["javaPeer"] = peer_decode(base / "data", expected, s["decode"])
 
     # 6: memory, each run in a fresh process (before this process starts its own JVM)
     for fmt in formats if "memory" in parts else ():

@@ -1,0 +1,133 @@
+package msglake.bench;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.rocketmq.common.message.MessageDecoder;
+import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.sysflag.MessageSysFlag;
+
+/**
+ * RocketMQ's own {@link MessageDecoder} over CommitLog files: the peer that benchmarks/suite.py and
+ * bench_decode.py time next to msglake's decode, on the same files.
+ *
+ * <pre>java -cp 'target/classes:target/lib/*' msglake.bench.PeerDecode [--messages N] FILE...</pre>
+ *
+ * Each file is mapped once and walked as the broker's recovery walks it
+ * ({@code CommitLog.checkMessageAndReturnSize}): a record is decoded with
+ * {@code MessageDecoder.decode(buf, readBody=true, deCompressBody=false, isClient=false)};
+ * {@code BLANK_MAGIC_CODE} (the end-of-file record) or a zero TOTALSIZE and MAGIC (the unwritten tail
+ * of a pre-sized file) ends the file. Anything else that does not decode is an error, not an end:
+ * the decoder itself only returns null, so a damaged file would otherwise pass as a short one.
+ * Inner-batch records are unwrapped as the consumer does ({@code PullAPIWrapper}), one message
+ * each, so messages count as msglake's rows do. Untimed passes warm the JIT until they have decoded
+ * {@code --messages} (default 2,000,000), then timed passes run until they have too, at least
+ * {@link #MIN_PASSES}: counted in work, as a small data set needs many passes and a large one few.
+ * One JSON line on stdout gives the fastest pass.
+ */
+public final class PeerDecode {
+    private static final int UNWRAP = MessageSysFlag.INNER_BATCH_FLAG | MessageSysFlag.NEED_UNWRAP_FLAG;
+    private static final int MIN_PASSES = 3;
+
+    /** What one pass decoded; {@code sink} sums a few fields so the JIT cannot drop the decoding. */
+    static final class Pass {
+        long records, messages, bytes, sink;
+    }
+
+    public static void main(String[] args) throws IOException {
+        long work = 2_000_000;
+        List<ByteBuffer> files = new ArrayList<>();
+        for (int i = 0; i < args.length; i++) {
+            if (args[i].equals("--messages")) {
+                work = Long.parseLong(args[++i]);
+            } else {
+                files.add(map(Path.of(args[i])));
+            }
+        }
+        if (files.isEmpty()) {
+            throw new IllegalArgumentException("usage: PeerDecode [--messages N] FILE...");
+        }
+        Pass first = decodeAll(files);
+        if (first.messages == 0) {
+            throw new IllegalStateException("no message in " + files.size() + " file(s)");
+        }
+        int warmup = 1;
+        for (long done = first.messages; done < work; warmup++) {
+            done += decodeAll(files).messages;
+        }
+        long best = Long.MAX_VALUE;
+        int passes = 0;
+        for (long done = 0; passes < MIN_PASSES || done < work; passes++) {
+            long started = System.nanoTime();
+            done += decodeAll(files).messages;
+            best = Math.min(best, System.nanoTime() - started);
+        }
+        double seconds = best / 1e9;
+        System.out.printf("{\"records\": %d, \"messages\": %d, \"bytes\": %d, \"seconds\": %.9f, "
+                + "\"messagesPerS\": %.1f, \"warmupPasses\": %d, \"passes\": %d, \"sink\": %d}%n", first.records,
+            first.messages, first.bytes, seconds, first.messages / seconds, warmup, passes, first.sink);
+    }
+
+    /** The whole file, mapped read-only (a CommitLog file is at most 1 GiB by default, under 2 GiB by type). */
+    static ByteBuffer map(Path file) throws IOException {
+        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
+            return ch.map(FileChannel.MapMode.READ_ONLY, 0, ch.size());
+        }
+    }
+
+    /** One pass over every file, in the order given (the CommitLog's offset order). */
+    static Pass decodeAll(List<ByteBuffer> files) {
+        Pass p = new Pass();
+        for (ByteBuffer file : files) {
+            decodeFile(file.duplicate(), p);
+        }
+        return p;
+    }
+
+    /** Every record of one file, from its start to its end record, zero tail or last byte. */
+    static void decodeFile(ByteBuffer buf, Pass p) {
+        while (buf.remaining() >= 8) {
+            int at = buf.position();
+            int size = buf.getInt(at);
+            int magic = buf.getInt(at + MessageDecoder.MESSAGE_MAGIC_CODE_POSITION);
+            if (magic == MessageDecoder.BLANK_MAGIC_CODE || (size == 0 && magic == 0)) {
+                return;
+            }
+            MessageExt m = MessageDecoder.decode(buf, true, false, false);
+            if (m == null || buf.position() != at + size) {
+                throw new IllegalStateException("no whole record at position " + at + " (TOTALSIZE " + size
+                    + ", MAGIC " + Integer.toHexString(magic) + ")");
+            }
+            p.records++;
+            p.bytes += size;
+            if ((m.getSysFlag() & UNWRAP) == UNWRAP) {
+                unwrap(m, p);
+            } else {
+                count(m, p);
+            }
+        }
+    }
+
+    /** An inner-batch record's messages, as {@code PullAPIWrapper.processPullResult} unwraps them. */
+    static void unwrap(MessageExt batch, Pass p) {
+        List<MessageExt> inner = new ArrayList<>();
+        try {
+            MessageDecoder.decodeMessage(batch, inner);
+        } catch (Exception e) {
+            throw new IllegalStateException("inner batch at " + batch.getCommitLogOffset() + " does not decode", e);
+        }
+        for (MessageExt m : inner) {
+            count(m, p);
+        }
+    }
+
+    static void count(MessageExt m, Pass p) {
+        p.messages++;
+        byte[] body = m.getBody();
+        p.sink += (body == null ? 0 : body.length) + m.getProperties().size() + m.getTopic().length();
+    }
+}
