@@ -5,8 +5,8 @@ and for RocketMQ its own Java ``MessageDecoder`` on the same files.
         [--repeat 3]
 
 Uses the suite's data sets (bench-data/suite-<format>-<N>/, generated once, no bad inputs) and
-times what a Spark task runs (:func:`bench_ingest.decode_pass`: scan, then decode every file
-chunk by chunk) with ``MSGLAKE_NATIVE=0`` and ``=1``, best of ``--repeat`` passes each, the
+times what a Spark task runs (:func:`bench_ingest.decode_pass`: decode every file chunk by chunk,
+the scan untimed) with ``MSGLAKE_NATIVE=0`` and ``=1``, best of ``--repeat`` passes each, the
 page cache warm and the process pinned to one CPU. Both paths must decode every message. The
 Java peer (:func:`java_peer.run`, pinned to the same CPU) must count the same messages.
 Writes benchmarks/results/decode-<timestamp>.json and prints a Markdown table.

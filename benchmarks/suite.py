@@ -11,7 +11,7 @@ files the suite measures:
 
 1. raw read: bytes/s of reading the segment files sequentially in Python (1 MiB reads), page
    cache warm (read once, then timed);
-2. decode: the codec alone, no Spark, one core (scan, then decode each file chunk by chunk); for
+2. decode: the codec alone, no Spark, one core (each file chunk by chunk; the scan untimed); for
    RocketMQ also its own Java ``MessageDecoder`` on the same files (benchmarks/java_peer.py, one
    pinned core, its fastest pass after untimed ones that warm its JIT) and msglake's msg/s over its;
 3. engine ceiling: Spark reading the same messages already decoded (Parquet with the messages

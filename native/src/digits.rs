@@ -4,16 +4,34 @@
 /// `v` in decimal, written at the end of `digits`: the slice that holds it.
 pub fn format_u64(v: u64, digits: &mut [u8; 20]) -> &[u8] {
     let (mut n, mut at) = (v, digits.len());
-    loop {
+    // Two digits per division: ids are 19-20 digits long, and one is written per record.
+    while n >= 100 {
+        let pair = 2 * (n % 100) as usize;
+        n /= 100;
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    }
+    if n >= 10 {
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(&PAIRS[2 * n as usize..2 * n as usize + 2]);
+    } else {
         at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+        digits[at] = b'0' + n as u8;
     }
     &digits[at..]
 }
+
+/// "00" "01" .. "99".
+const PAIRS: [u8; 200] = {
+    let mut t = [0u8; 200];
+    let mut i = 0;
+    while i < 100 {
+        t[2 * i] = b'0' + (i / 10) as u8;
+        t[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    t
+};
 
 /// `v` in decimal, appended to `out`.
 pub fn push_u64(out: &mut Vec<u8>, v: u64) {
@@ -38,7 +56,11 @@ mod tests {
         push_u64(&mut out, 0);
         out.push(b' ');
         push_u64(&mut out, u64::MAX);
-        assert_eq!(out, b"0 18446744073709551615");
+        for v in [7, 10, 99, 100, 101, 12345] {
+            out.push(b' ');
+            push_u64(&mut out, v);
+        }
+        assert_eq!(out, b"0 18446744073709551615 7 10 99 100 101 12345");
         for (s, ok) in [(&b"0"[..], true), (b"18446744073709551615", true), (b"18446744073709551616", false),
                         (b"000018446744073709551615", true), (b"", false), (b"12a", false), (b"-1", false)] {
             assert_eq!(is_u64(s), ok, "{}", String::from_utf8_lossy(s));
