@@ -230,9 +230,9 @@ def peer_decode(data: Path, expected: int, ours: dict) -> dict:
 
 def forget(spark, lake: Path) -> None:
     """Drop the catalog names a run registered (the tables are external: only names go), then its lake."""
-    from msglake.pipelines.io.catalog import TABLES
+    from msglake.schemas import LAKE_TABLES
 
-    for spec in TABLES:
+    for spec in LAKE_TABLES:
         spark.sql(f"DROP TABLE IF EXISTS `{spec.name}`")
     shutil.rmtree(lake, ignore_errors=True)
 

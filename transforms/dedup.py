@@ -19,7 +19,14 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame, functions as F
 
+import pyarrow as pa
+
+from msglake.schemas.messages import DEDUP
+from msglake.schemas.spark import to_spark
+
 RETRY_LOCATION = ("partition", "segment", "segmentPosition")
+#: Spark type of ``retryOf`` (the messages table's schema).
+_RETRY_OF = to_spark(pa.schema(DEDUP))["retryOf"].dataType
 
 
 def dedup_key() -> Column:
@@ -47,24 +54,30 @@ def _first(df: DataFrame) -> Column:
     return F.struct(F.col("storeTimestamp").alias("ts"), *[F.col(c) for c in RETRY_LOCATION])
 
 
-def mark_producer_retries(batch: DataFrame, earlier: DataFrame, watermark_seconds: int) -> DataFrame:
-    """Add ``dedupKey`` and ``retryOf`` to a batch of message rows.
+def retry_keys(batch: DataFrame) -> DataFrame:
+    """What deciding retries needs of a batch of message rows: ``dedupKey``, ``storeTimestamp``
+    and the location, for the rows that have a key. Narrow, so a caller can keep it (checkpoint)
+    and decide without decoding the batch again."""
+    return (batch.select(dedup_key().alias("dedupKey"), "storeTimestamp", *RETRY_LOCATION)
+            .where(F.col("dedupKey").isNotNull()))
+
+
+def find_retries(keys: DataFrame, earlier: DataFrame, watermark_seconds: int) -> DataFrame:
+    """The retries among ``keys`` (:func:`retry_keys` of a batch): their location and ``retryOf``.
 
     Parameters
     ----------
-    batch : DataFrame
-        New message rows (unified schema, no ``dedupKey``/``retryOf`` yet).
+    keys : DataFrame
+        The batch's rows with a key (``dedupKey``, ``storeTimestamp``, location).
     earlier : DataFrame
         First copies already in the table: ``dedupKey``, ``storeTimestamp`` and the
-        location columns, for keys that may repeat in ``batch`` (the caller limits it to the
+        location columns, for keys that may repeat in the batch (the caller limits it to the
         watermark window).
     watermark_seconds : int
         How long after a first copy a later one still counts as its retry.
     """
-    keyed = batch.withColumn("dedupKey", dedup_key())
-    in_batch = (
-        keyed.where(F.col("dedupKey").isNotNull())
-        .select("dedupKey", _first(keyed).alias("first"))
+    firsts = (
+        keys.select("dedupKey", _first(keys).alias("first"))
         .unionByName(earlier.select("dedupKey", _first(earlier).alias("first")))
         .groupBy("dedupKey")
         .agg(F.min("first").alias("first"))  # earliest store time, then location
@@ -74,9 +87,30 @@ def mark_producer_retries(batch: DataFrame, earlier: DataFrame, watermark_second
         first["segmentPosition"] == F.col("segmentPosition")
     )
     within = F.col("storeTimestamp") <= first["ts"] + F.make_interval(secs=F.lit(watermark_seconds))
-    is_retry = first.isNotNull() & ~is_self & within
     return (
-        keyed.join(in_batch, on="dedupKey", how="left")
-        .withColumn("retryOf", F.when(is_retry, F.struct(*[first[c].alias(c) for c in RETRY_LOCATION])))
-        .drop("first")
+        keys.join(firsts, on="dedupKey")
+        .where(~is_self & within)
+        .select(*RETRY_LOCATION, F.struct(*[first[c].alias(c) for c in RETRY_LOCATION]).alias("retryOf"))
     )
+
+
+#: Retries a batch may hold and still be joined to its rows by broadcast (a copy to each task):
+#: they are usually a handful; past this a shuffle join is safer for memory.
+BROADCAST_RETRIES = 250_000
+
+
+def mark_retries(batch: DataFrame, retries: DataFrame | None, count: int | None = None) -> DataFrame:
+    """Add ``dedupKey`` and ``retryOf`` to a batch of message rows, given its retries
+    (:func:`find_retries`; None: the batch holds none). ``count``: how many, when known."""
+    keyed = batch.withColumn("dedupKey", dedup_key())
+    if retries is None:
+        return keyed.withColumn("retryOf", F.lit(None).cast(_RETRY_OF))
+    small = count is None or count <= BROADCAST_RETRIES
+    return keyed.join(F.broadcast(retries) if small else retries, on=list(RETRY_LOCATION), how="left")
+
+
+def mark_producer_retries(batch: DataFrame, earlier: DataFrame, watermark_seconds: int) -> DataFrame:
+    """Add ``dedupKey`` and ``retryOf`` to a batch of message rows, in one plan (the ingest sink
+    runs the same steps with the batch's keys checkpointed in between). Parameters: as
+    :func:`find_retries`, ``batch`` being the new message rows (no ``dedupKey``/``retryOf`` yet)."""
+    return mark_retries(batch, find_retries(retry_keys(batch), earlier, watermark_seconds))

@@ -19,7 +19,7 @@ from msglake.schemas import MESSAGES_TABLE, QUARANTINE_TABLE
 from msglake.schemas.messages import DECODED_SCHEMA, DEDUP, DERIVED
 from msglake.schemas.quarantine import QUARANTINE_DETAIL, QUARANTINE_LOCATION
 from msglake.schemas.spark import to_spark
-from msglake.transforms.dedup import mark_producer_retries
+from msglake.transforms.dedup import find_retries, mark_retries, retry_keys
 
 
 @dataclass
@@ -80,21 +80,29 @@ def row_kind():
     )
 
 
-def split_batch(df: DataFrame, batch_id: int, earlier: DataFrame | None = None,
-                watermark_seconds: int = 0, raw_reader=None) -> tuple[DataFrame, DataFrame]:
+@dataclass
+class Retries:
+    """The producer retries of a batch, decided before it is written (:meth:`DeltaSink._retries`):
+    ``rows`` (location + ``retryOf``, see ``transforms.dedup.find_retries``), None when there are none."""
+
+    rows: DataFrame | None = None
+    count: int = 0
+
+
+def split_batch(df: DataFrame, batch_id: int, retries: Retries | None = None,
+                raw_reader=None) -> tuple[DataFrame, DataFrame]:
     """Source rows with ``_checks`` -> (messages rows, quarantine rows), each in its table's column order.
 
-    With ``earlier`` (first copies already in the table) and a positive watermark, producer
-    retries are marked in ``retryOf``; otherwise ``dedupKey``/``retryOf`` stay null. Rows a
-    quarantine-level rule holds go to quarantine, their bytes read back by ``raw_reader``
-    (msglake.pipelines.io.source.raw_record_reader).
+    With ``retries`` (retry marking on), rows get their ``dedupKey`` and, the retries among
+    them, ``retryOf``; otherwise both stay null. Rows a quarantine-level rule holds go to
+    quarantine, their bytes read back by ``raw_reader`` (msglake.pipelines.io.source.raw_record_reader).
     """
     now = F.current_timestamp()
     batch = F.lit(batch_id).cast("bigint")
     kind = row_kind()
     decoded = df.where(kind == "decoded").select(*DECODED_SCHEMA.names)
-    if earlier is not None and watermark_seconds > 0:
-        decoded = mark_producer_retries(decoded, earlier, watermark_seconds)
+    if retries is not None:
+        decoded = mark_retries(decoded, retries.rows, retries.count)
     else:
         decoded = decoded.select("*", *[F.lit(None).cast(f.dataType).alias(f.name) for f in _DEDUP_NULLS])
     messages = decoded.select(
@@ -186,6 +194,25 @@ class DeltaSink:
 
         return int(DeltaTable.forPath(spark, self.paths[table]).history(1).select("version").first()[0])
 
+    def _first_pass(self, df: DataFrame, batch_id: int) -> tuple[dict, DataFrame]:
+        """One decode of the batch before anything is written: its metrics (observed on the way)
+        and the narrow rows retry marking needs (``transforms.dedup.retry_keys``), kept."""
+        from pyspark.sql import Observation
+
+        seen = Observation(f"msglake-count-{batch_id}")
+        observed = df.observe(seen, *self._metrics())
+        keys = retry_keys(observed.where(row_kind() == "decoded")).localCheckpoint(eager=True)
+        return seen.get, keys
+
+    def _retries(self, keys: DataFrame, since) -> Retries:
+        """The batch's producer retries: its keys against themselves and the first copies already in
+        the table within the watermark before the batch's first store time."""
+        if since is None:  # no decoded message
+            return Retries()
+        rows = find_retries(keys, self._earlier(keys.sparkSession, since), self.watermark).localCheckpoint(eager=True)
+        count = rows.count()
+        return Retries(rows if count else None, count)
+
     def _earlier(self, spark, since) -> DataFrame:
         """First copies already in ``messages`` that a retry in this batch could repeat."""
         return (
@@ -246,17 +273,20 @@ class DeltaSink:
         # more than decoding the segment bytes again (measured: 2.2x slower for the write).
         # So the batch is decoded once for messages (counted on the way by observe), once more
         # for quarantine rows only when there are some, and once before both when a count pass
-        # is needed (see _needs_count_pass).
+        # is needed (see _needs_count_pass); with retry marking on, that pass also keeps the
+        # batch's narrow retry keys, from which its retries are decided without another decode.
         df = self.checked(df)
         counts = BatchCounts(batch_id)
         if not self._needs_count_pass():
             return self._write_observed(df, batch_id, counts)
-        row = self._count(df)
+        if self.watermark > 0:
+            row, keys = self._first_pass(df, batch_id)
+        else:
+            row, keys = self._count(df), None
         self._fill(counts, row)
         self._check_failures(df, batch_id, counts)
-        since = row["since"]
-        earlier = self._earlier(df.sparkSession, since) if self.watermark > 0 and since is not None else None
-        messages, quarantine = split_batch(df, batch_id, earlier, self.watermark, self._reader_for(counts))
+        retries = self._retries(keys, row["since"]) if keys is not None else None
+        messages, quarantine = split_batch(df, batch_id, retries, self._reader_for(counts))
         if counts.messages:
             self._append(messages, MESSAGES_TABLE.name, batch_id)
             written = self._rows_written(df.sparkSession, MESSAGES_TABLE.name, batch_id)

@@ -26,7 +26,7 @@ def table_keys(spark, path):
         (r.topic, r.partition, r.segment, r.segmentPosition): r
         for r in spark.read.format("delta").load(path)
         .select("topic", "partition", "segment", "segmentPosition", "messageId", "body", "traceId", "tags",
-                "priority", "queueOffset", "storeHost", "retryOf")
+                "priority", "queueOffset", "storeHost", "retryOf", "ingestBatchId")
         .collect()
     }
 
@@ -86,18 +86,36 @@ def test_ingest_twice_with_an_append_between_matches_ground_truth(spark, tmp_pat
     assert sum(r.n for r in by_sql) == len(want) + 25
 
 
-def test_small_trigger_budget_runs_several_bounded_batches_with_the_same_result(spark, tmp_path):
+@pytest.mark.parametrize("watermark", [0, 600])
+def test_small_trigger_budget_runs_several_bounded_batches_with_the_same_result(spark, tmp_path, watermark):
     data = tmp_path / "nsq"
     truth = generate(str(data), 1500, max_bytes_per_file=64 << 10, bad_inputs=False)
-    # Retry marking off: the sink counts each batch while writing it (no counting pass).
+    # Retry marking off: the sink counts each batch while writing it (no counting pass); on: a
+    # first pass keeps the batch's keys, and a retry's first copy is often in an earlier batch.
     settings = make_settings(tmp_path / "lake", data, maxBytesPerTrigger=100_000, splitBytes=20_000,
-                             dedupWatermarkSeconds=0)
+                             dedupWatermarkSeconds=watermark)
     summary = ingest(spark, settings)
     assert summary.batches >= 5 and summary.balanced
     # Each micro-batch stays within the budget (a record is never split, so at most one more).
     assert max(summary.batch_bytes) <= 100_000 + 1100 and sum(summary.batch_bytes) == summary.read_bytes
     assert summary.messages == len(truth.messages)
-    assert set(table_keys(spark, settings.lake.table_path("messages"))) == set(truth.by_key())
+    got = table_keys(spark, settings.lake.table_path("messages"))
+    assert set(got) == set(truth.by_key())
+    if watermark:
+        marked = {k: tuple(r.retryOf) for k, r in got.items() if r.retryOf}
+        assert marked == {k: m.retry_of for k, m in truth.by_key().items() if m.retry_of} and len(marked) > 5
+        # A producer retry stored after the first copy's batch was written (a later run even).
+        header = {"##trace_id": "4242", "bornHost": "10.9.9.9:5000"}
+        with NsqQueueWriter(str(data), "orders", 1, max_bytes_per_file=1 << 20, file_num=60, virtual_start=2 * 10**9,
+                            first_message_id=2 * 10**6) as w:
+            first = w.put(b"paid", header=header, timestamp_ns=BASE_NS)
+            w.flush()
+            assert ingest(spark, settings).messages == 1
+            copy = w.put(b"paid", header=header, timestamp_ns=BASE_NS + 5 * 10**9)
+        assert ingest(spark, settings).messages == 1
+        rows = table_keys(spark, settings.lake.table_path("messages"))
+        assert tuple(rows[("orders", 1, copy.segment, copy.position)].retryOf) == (1, first.segment, first.position)
+        assert rows[("orders", 1, first.segment, first.position)].retryOf is None
 
 
 @pytest.mark.parametrize("counted", ["while writing", "before writing"])
