@@ -19,14 +19,7 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame, functions as F
 
-import pyarrow as pa
-
-from msglake.schemas.messages import DEDUP
-from msglake.schemas.spark import to_spark
-
 RETRY_LOCATION = ("partition", "segment", "segmentPosition")
-#: Spark type of ``retryOf`` (the messages table's schema).
-_RETRY_OF = to_spark(pa.schema(DEDUP))["retryOf"].dataType
 
 
 def dedup_key() -> Column:
@@ -94,19 +87,12 @@ def find_retries(keys: DataFrame, earlier: DataFrame, watermark_seconds: int) ->
     )
 
 
-#: Retries a batch may hold and still be joined to its rows by broadcast (a copy to each task):
-#: they are usually a handful; past this a shuffle join is safer for memory.
-BROADCAST_RETRIES = 250_000
-
-
-def mark_retries(batch: DataFrame, retries: DataFrame | None, count: int | None = None) -> DataFrame:
+def mark_retries(batch: DataFrame, retries: DataFrame) -> DataFrame:
     """Add ``dedupKey`` and ``retryOf`` to a batch of message rows, given its retries
-    (:func:`find_retries`; None: the batch holds none). ``count``: how many, when known."""
+    (:func:`find_retries`). They are joined by broadcast: a batch holds few (a producer resends
+    only what timed out), and even a batch of nothing else is bounded by the trigger's budget."""
     keyed = batch.withColumn("dedupKey", dedup_key())
-    if retries is None:
-        return keyed.withColumn("retryOf", F.lit(None).cast(_RETRY_OF))
-    small = count is None or count <= BROADCAST_RETRIES
-    return keyed.join(F.broadcast(retries) if small else retries, on=list(RETRY_LOCATION), how="left")
+    return keyed.join(F.broadcast(retries), on=list(RETRY_LOCATION), how="left")
 
 
 def mark_producer_retries(batch: DataFrame, earlier: DataFrame, watermark_seconds: int) -> DataFrame:

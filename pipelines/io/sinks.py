@@ -80,21 +80,12 @@ def row_kind():
     )
 
 
-@dataclass
-class Retries:
-    """The producer retries of a batch, decided before it is written (:meth:`DeltaSink._retries`):
-    ``rows`` (location + ``retryOf``, see ``transforms.dedup.find_retries``), None when there are none."""
-
-    rows: DataFrame | None = None
-    count: int = 0
-
-
-def split_batch(df: DataFrame, batch_id: int, retries: Retries | None = None,
+def split_batch(df: DataFrame, batch_id: int, retries: DataFrame | None = None,
                 raw_reader=None) -> tuple[DataFrame, DataFrame]:
     """Source rows with ``_checks`` -> (messages rows, quarantine rows), each in its table's column order.
 
-    With ``retries`` (retry marking on), rows get their ``dedupKey`` and, the retries among
-    them, ``retryOf``; otherwise both stay null. Rows a quarantine-level rule holds go to
+    With ``retries`` (retry marking on: the batch's retries, ``transforms.dedup.find_retries``),
+    rows get their ``dedupKey`` and, the retries among them, ``retryOf``; otherwise both stay null. Rows a quarantine-level rule holds go to
     quarantine, their bytes read back by ``raw_reader`` (msglake.pipelines.io.source.raw_record_reader).
     """
     now = F.current_timestamp()
@@ -102,7 +93,7 @@ def split_batch(df: DataFrame, batch_id: int, retries: Retries | None = None,
     kind = row_kind()
     decoded = df.where(kind == "decoded").select(*DECODED_SCHEMA.names)
     if retries is not None:
-        decoded = mark_retries(decoded, retries.rows, retries.count)
+        decoded = mark_retries(decoded, retries)
     else:
         decoded = decoded.select("*", *[F.lit(None).cast(f.dataType).alias(f.name) for f in _DEDUP_NULLS])
     messages = decoded.select(
@@ -204,14 +195,12 @@ class DeltaSink:
         keys = retry_keys(observed.where(row_kind() == "decoded")).localCheckpoint(eager=True)
         return seen.get, keys
 
-    def _retries(self, keys: DataFrame, since) -> Retries:
-        """The batch's producer retries: its keys against themselves and the first copies already in
-        the table within the watermark before the batch's first store time."""
-        if since is None:  # no decoded message
-            return Retries()
-        rows = find_retries(keys, self._earlier(keys.sparkSession, since), self.watermark).localCheckpoint(eager=True)
-        count = rows.count()
-        return Retries(rows if count else None, count)
+    def _retries(self, keys: DataFrame, since) -> DataFrame:
+        """The batch's producer retries (a plan, run within the messages write): its keys against
+        themselves and the first copies already in the table within the watermark before the
+        batch's first store time (none when the batch holds no message)."""
+        earlier = self._earlier(keys.sparkSession, since) if since is not None else keys.limit(0)
+        return find_retries(keys, earlier, self.watermark)
 
     def _earlier(self, spark, since) -> DataFrame:
         """First copies already in ``messages`` that a retry in this batch could repeat."""
