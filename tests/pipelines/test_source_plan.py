@@ -1,0 +1,51 @@
+"""How the source plans and feeds its tasks: small segments packed by bytes, queues kept together,
+small results handed to Spark in few Arrow batches (issue 19: tasks follow bytes, not files)."""
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+
+from msglake.pipelines.io import source as S
+from msglake.pipelines.io.source import InputPartition, SourceOptions, pack, read_task
+from msglake.samples.nsq_writer import NsqQueueWriter
+
+
+def _ranges(queues: int, segments: int, size: int) -> list[tuple]:
+    out = [(None, f"t{q}/t{q}-0.diskqueue.{n:06d}.dat", 0, size, False) for q in range(queues) for n in range(segments)]
+    random.Random(3).shuffle(out)  # the planner sees them in no particular order
+    return out
+
+
+def test_small_segments_pack_into_few_tasks_a_queue_kept_together():
+    ranges = _ranges(queues=40, segments=10, size=64 << 10)
+    tasks = pack(ranges, 64 << 20)
+    assert sorted(r for t in tasks for r in t) == sorted(ranges)  # every range once
+    per_range = (64 << 10) + S.OPEN_COST_BYTES
+    assert len(tasks) == -(-len(ranges) * per_range // (64 << 20))  # full tasks, one partly full
+    # A queue's segments sit in one task, or in two where a task boundary falls inside it.
+    spans = {}
+    for i, task in enumerate(tasks):
+        for r in task:
+            spans.setdefault(r[1].split("/")[0], set()).add(i)
+    assert all(len(s) == 1 or (len(s) == 2 and max(s) - min(s) == 1) for s in spans.values())
+    assert sum(len(s) for s in spans.values()) <= 40 + len(tasks) - 1
+    # A large range is a task of its own.
+    assert [len(t) for t in pack([(None, "a", 0, 100 << 20, False), (None, "b", 0, 10, False)], 64 << 20)] == [1, 1]
+
+
+def test_a_task_over_many_small_segments_hands_spark_few_batches(tmp_path):
+    ranges = []
+    for q in range(6):
+        with NsqQueueWriter(str(tmp_path), f"t{q}", 0, max_bytes_per_file=8 << 10) as w:
+            while w.file_num < 8:
+                w.put(b"x" * 300, header={"##trace_id": str(w.count + 1)}, timestamp_ns=1_793_500_000 * 10**9)
+    opts = SourceOptions.parse({"format": "nsq-ext", "path": str(tmp_path)})
+    codec = opts.codec()
+    scan = codec.scan(str(tmp_path))
+    ranges = [(seg.to_dict(), seg.path, 0, seg.committed_end, False) for seg in scan.segments if seg.committed_end]
+    assert len(ranges) == 48
+    batches = list(read_task(opts, InputPartition(ranges)))
+    expected = pa.Table.from_batches([r.batch for seg in scan.segments if seg.committed_end
+                                      for r in codec.decode(str(tmp_path), seg, 0, seg.committed_end)])
+    assert len(batches) < 5 and pa.Table.from_batches(batches).equals(expected)
