@@ -77,6 +77,7 @@ bench: setup $(PEER_STAMP)
 	$(BIN)/python benchmarks/bench_trace.py
 	$(BIN)/python benchmarks/bench_sql.py
 	$(BIN)/python benchmarks/bench_small_segments.py
+	$(BIN)/python benchmarks/bench_many_topics.py
 
 clean-demo:
 	rm -rf lake demo-data
