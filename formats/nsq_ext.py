@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from msglake.formats.base import (
+    ChunkBuffer,
     DecodeResult,
     QuarantineBuilder,
     ScanResult,
@@ -429,15 +430,18 @@ class NsqExtCodec:
         # path -> (size walked, boundary found): segments without a writer meta are walked
         # once, then only their new bytes.
         self._walked: dict[str, tuple[int, int, str]] = {}
+        # The native path reads every chunk into one buffer (its one-pass decode copies what it keeps).
+        self._chunks = ChunkBuffer() if self._core is not None else None
 
     def __getstate__(self) -> dict:
         # A Spark reader ships its codec to the executors; the extension module does not
         # pickle, and each executor uses its own (or the Python path where it is missing).
-        return {k: v for k, v in self.__dict__.items() if k != "_core"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_core", "_chunks")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._core = native_core(self._native)
+        self._chunks = ChunkBuffer() if self._core is not None else None
 
     # ---------------------------------------------------------------- scan (driver side)
 
@@ -627,14 +631,19 @@ class NsqExtCodec:
             pos, planned_end = start, end
             while pos < end:
                 want = min(end - pos, self.chunk_bytes)
-                f.seek(pos)
-                data = f.read(want)
+                if self._chunks is not None:
+                    data = self._chunks.pread(f.fileno(), want, pos)
+                else:
+                    f.seek(pos)
+                    data = f.read(want)
                 if len(data) < want:  # the file shrank under us (rollback/truncation)
                     end = pos + len(data)
                     if not data:
                         break
                 chunk_end = pos + len(data)
                 fr, plain = frame_chunk(data, self._core)
+                if plain is None and not isinstance(data, bytes):
+                    data = bytes(data)  # the step path may keep views of the chunk: its own copy
                 if fr.stop_kind == "incomplete" and chunk_end < end and len(fr.positions) == 0:
                     # One record larger than the chunk: read exactly that record.
                     need = 4 + fr.bad_length

@@ -44,6 +44,7 @@ from msglake.formats import native as NV
 from msglake.formats.native import core as native_core
 from msglake.formats.options import CodecOptions, PositiveInt
 from msglake.formats.base import (
+    ChunkBuffer,
     MAX_QUARANTINE_CHUNK,
     DecodeResult,
     QuarantineBuilder,
@@ -611,6 +612,8 @@ class RocketMqCommitLogCodec:
         self.options = options if options is not None else RocketMqOptions(**fields)
         self._native = self.options.native
         self._core = native_core(self._native)
+        # The native path reads every chunk into one buffer (its decode copies what it keeps).
+        self._chunks = ChunkBuffer() if self._core is not None else None
         self.delay_levels = np.asarray(L.parse_delay_levels(self.options.delayLevels), np.int64)
         self.decompress = self.options.decompress
         self.verify_crc = self.options.verifyCrc
@@ -623,11 +626,12 @@ class RocketMqCommitLogCodec:
     def __getstate__(self) -> dict:
         # A Spark reader ships its codec to the executors; the extension module does not
         # pickle, and each executor uses its own (or the Python path where it is missing).
-        return {k: v for k, v in self.__dict__.items() if k != "_core"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_core", "_chunks")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._core = native_core(self._native)
+        self._chunks = ChunkBuffer() if self._core is not None else None
 
     # ---------------------------------------------------------------- scan (driver side)
 
@@ -819,7 +823,7 @@ class RocketMqCommitLogCodec:
             pos = start
             while pos < stop_at:
                 want = min(stop_at - pos, self.chunk_bytes)
-                data = os.pread(fd, want, pos)
+                data = self._chunks.pread(fd, want, pos) if self._chunks is not None else os.pread(fd, want, pos)
                 short = len(data) < want
                 if short:  # the file shrank under us
                     stop_at = size = pos + len(data)
