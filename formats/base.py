@@ -322,23 +322,6 @@ def shrink_loss(source_format: str, seg: SegmentInfo, gone_from: int, planned_en
     return DecodeResult(qb.build(), planned_end, 0, planned_end - gone_from)
 
 
-class ChunkBuffer:
-    """Reads file chunks into one reused buffer, for a decoder that keeps nothing of the bytes it
-    reads (the native core copies every value it returns). A fresh buffer per chunk costs page
-    faults on every read: 15-25 % of an NSQ decode (measured alternating both in one process)."""
-
-    def __init__(self):
-        self._buf: bytearray | None = None
-
-    def pread(self, fd: int, size: int, pos: int) -> memoryview:
-        """Up to ``size`` bytes of ``fd`` from ``pos`` (fewer at the end of the file). The view is
-        valid until the next read."""
-        if self._buf is None or len(self._buf) < size:
-            self._buf = bytearray(size)
-        view = memoryview(self._buf)[:size]
-        return view[: os.preadv(fd, [view], pos)]
-
-
 def concat_batches(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     """One record batch from several of the same schema."""
     if len(batches) == 1:

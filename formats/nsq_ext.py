@@ -30,7 +30,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from msglake.formats.base import (
-    ChunkBuffer,
     DecodeResult,
     QuarantineBuilder,
     ScanResult,
@@ -47,7 +46,7 @@ from msglake.formats.base import (
 from msglake.formats import nsq_headers as H
 from msglake.formats import nsq_layout as L
 from msglake.formats import native as NV
-from msglake.formats.native import core as native_core
+from msglake.formats.native import NativeCodec
 from msglake.formats.options import CodecOptions, HostPort
 from msglake.schemas.messages import DEFAULT_PRIORITY, TS
 
@@ -406,7 +405,7 @@ class NsqExtOptions(CodecOptions):
     storeHost: HostPort | None = None
 
 
-class NsqExtCodec:
+class NsqExtCodec(NativeCodec):
     """The ``nsq-ext`` format: scan a data path of topic folders and decode their segments.
 
     Parameters
@@ -426,22 +425,10 @@ class NsqExtCodec:
         self.store_host = self.options.storeHost
         self.chunk_bytes = chunk_bytes
         self._native = self.options.native
-        self._core = native_core(self._native)
+        self._attach_core()
         # path -> (size walked, boundary found): segments without a writer meta are walked
         # once, then only their new bytes.
         self._walked: dict[str, tuple[int, int, str]] = {}
-        # The native path reads every chunk into one buffer (its one-pass decode copies what it keeps).
-        self._chunks = ChunkBuffer() if self._core is not None else None
-
-    def __getstate__(self) -> dict:
-        # A Spark reader ships its codec to the executors; the extension module does not
-        # pickle, and each executor uses its own (or the Python path where it is missing).
-        return {k: v for k, v in self.__dict__.items() if k not in ("_core", "_chunks")}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._core = native_core(self._native)
-        self._chunks = ChunkBuffer() if self._core is not None else None
 
     # ---------------------------------------------------------------- scan (driver side)
 
@@ -631,11 +618,7 @@ class NsqExtCodec:
             pos, planned_end = start, end
             while pos < end:
                 want = min(end - pos, self.chunk_bytes)
-                if self._chunks is not None:
-                    data = self._chunks.pread(f.fileno(), want, pos)
-                else:
-                    f.seek(pos)
-                    data = f.read(want)
+                data = self._read_chunk(f.fileno(), want, pos)
                 if len(data) < want:  # the file shrank under us (rollback/truncation)
                     end = pos + len(data)
                     if not data:

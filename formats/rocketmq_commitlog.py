@@ -41,10 +41,9 @@ from pydantic import AfterValidator
 from msglake.formats import rocketmq_layout as L
 from msglake.formats import rocketmq_properties as P
 from msglake.formats import native as NV
-from msglake.formats.native import core as native_core
+from msglake.formats.native import NativeCodec
 from msglake.formats.options import CodecOptions, PositiveInt
 from msglake.formats.base import (
-    ChunkBuffer,
     MAX_QUARANTINE_CHUNK,
     DecodeResult,
     QuarantineBuilder,
@@ -593,7 +592,7 @@ class RocketMqOptions(CodecOptions):
     verifyCrc: bool = True
 
 
-class RocketMqCommitLogCodec:
+class RocketMqCommitLogCodec(NativeCodec):
     """The ``rocketmq-commitlog`` format: a broker's store (or its ``commitlog`` folder).
 
     Parameters
@@ -611,9 +610,7 @@ class RocketMqCommitLogCodec:
     def __init__(self, options: RocketMqOptions | None = None, /, *, chunk_bytes: int = CHUNK_BYTES, **fields):
         self.options = options if options is not None else RocketMqOptions(**fields)
         self._native = self.options.native
-        self._core = native_core(self._native)
-        # The native path reads every chunk into one buffer (its decode copies what it keeps).
-        self._chunks = ChunkBuffer() if self._core is not None else None
+        self._attach_core()
         self.delay_levels = np.asarray(L.parse_delay_levels(self.options.delayLevels), np.int64)
         self.decompress = self.options.decompress
         self.verify_crc = self.options.verifyCrc
@@ -622,16 +619,6 @@ class RocketMqCommitLogCodec:
         # path -> (committed end, data end) of the file being written, so each scan walks
         # only the records appended since the last one.
         self._walked: dict[str, tuple[int, int]] = {}
-
-    def __getstate__(self) -> dict:
-        # A Spark reader ships its codec to the executors; the extension module does not
-        # pickle, and each executor uses its own (or the Python path where it is missing).
-        return {k: v for k, v in self.__dict__.items() if k not in ("_core", "_chunks")}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._core = native_core(self._native)
-        self._chunks = ChunkBuffer() if self._core is not None else None
 
     # ---------------------------------------------------------------- scan (driver side)
 
@@ -823,7 +810,7 @@ class RocketMqCommitLogCodec:
             pos = start
             while pos < stop_at:
                 want = min(stop_at - pos, self.chunk_bytes)
-                data = self._chunks.pread(fd, want, pos) if self._chunks is not None else os.pread(fd, want, pos)
+                data = self._read_chunk(fd, want, pos)
                 short = len(data) < want
                 if short:  # the file shrank under us
                     stop_at = size = pos + len(data)
@@ -865,7 +852,7 @@ class RocketMqCommitLogCodec:
         finally:
             os.close(fd)
 
-    def _frame(self, data: bytes, hard_end: int, phys_base: int, file_end: int) -> Framing:
+    def _frame(self, data, hard_end: int, phys_base: int, file_end: int) -> Framing:
         """:func:`walk` of a chunk read for decoding; the native core decodes each record as it
         walks it (while its bytes are in cache), the Python path decodes after the walk."""
         if self._core is None:

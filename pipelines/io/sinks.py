@@ -85,8 +85,9 @@ def split_batch(df: DataFrame, batch_id: int, retries: DataFrame | None = None,
     """Source rows with ``_checks`` -> (messages rows, quarantine rows), each in its table's column order.
 
     With ``retries`` (retry marking on: the batch's retries, ``transforms.dedup.find_retries``),
-    rows get their ``dedupKey`` and, the retries among them, ``retryOf``; otherwise both stay null. Rows a quarantine-level rule holds go to
-    quarantine, their bytes read back by ``raw_reader`` (msglake.pipelines.io.source.raw_record_reader).
+    rows get their ``dedupKey`` and, the retries among them, ``retryOf``; otherwise both stay
+    null. Rows a quarantine-level rule holds go to quarantine, their bytes read back by
+    ``raw_reader`` (msglake.pipelines.io.source.raw_record_reader).
     """
     now = F.current_timestamp()
     batch = F.lit(batch_id).cast("bigint")
