@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame, functions as F
+from pyspark.sql import Column, DataFrame, functions as F
 
 from msglake.transforms.lifecycle import (
     DEFAULT_MAX_HOPS,
@@ -49,13 +49,16 @@ class Evaluation:
     #: Rounds run, and whether the set of copies stopped changing within them.
     rounds: int
     converged: bool
+    #: Of those, the simple rounds (new copies alone, :func:`evaluate_copies`).
+    simple: int
     #: Every copy with its fate columns (``transforms.lifecycle.fates``): what the stream keeps.
     fated: DataFrame
 
 
 def evaluate(messages: DataFrame, policies: Mapping[str, Mapping], as_of, consumer_events: DataFrame | None = None,
              consumer_offsets: DataFrame | None = None, max_hops: int = DEFAULT_MAX_HOPS,
-             persist: Persist = local_checkpoint, topics: DataFrame | None = None) -> Evaluation:
+             persist: Persist = local_checkpoint, topics: DataFrame | None = None,
+             simple_rounds: bool = True) -> Evaluation:
     """States of every copy of ``messages`` at ``as_of`` (a ``datetime``), with dead letters and events.
 
     ``policies``: topic pattern -> policy fields (``TopicPolicy.model_dump()``).
@@ -64,20 +67,26 @@ def evaluate(messages: DataFrame, policies: Mapping[str, Mapping], as_of, consum
     ``persist`` cuts the lineage between rounds (a local checkpoint by default).
     ``topics``: when each topic got its first message (default: from ``messages``; give it when
     ``messages`` is a part of the lake).
+    ``simple_rounds``: False runs every round as a general one (:func:`evaluate_copies`): the
+    reference the simple rounds are tested against.
     """
     base = offset_consumption(base_rows(messages, policies, as_of), consumer_offsets, as_of)
     topics = topic_arrivals(messages) if topics is None else topics
-    return evaluate_copies(base, policies, as_of, topics, consumer_events, max_hops, persist)
+    return evaluate_copies(base, policies, as_of, topics, consumer_events, max_hops, persist, simple_rounds)
 
 
-def _signature(copies: DataFrame) -> tuple:
-    row = copies.select(F.count(F.lit(1)).alias("n"), F.sum(F.col("v") % 1_000_000_007).alias("h")).first()
-    return row["n"], row["h"]
+def _signature(copies: DataFrame, is_coupled: Column) -> tuple[int, int, int]:
+    """(copies, a hash of their versions, how many are stored records or in coupled topics), one job."""
+    row = copies.select(
+        F.count(F.lit(1)).alias("n"), F.sum(F.col("v") % 1_000_000_007).alias("h"),
+        F.count(F.when(F.col("stored") | is_coupled, 1)).alias("entangled"),
+    ).first()
+    return row["n"], row["h"] or 0, row["entangled"]
 
 
 def evaluate_copies(base: DataFrame, policies: Mapping[str, Mapping], as_of, topics: DataFrame,
                     consumer_events: DataFrame | None = None, max_hops: int = DEFAULT_MAX_HOPS,
-                    persist: Persist = local_checkpoint) -> Evaluation:
+                    persist: Persist = local_checkpoint, simple_rounds: bool = True) -> Evaluation:
     """:func:`evaluate` from copies (``transforms.lifecycle.ROW`` columns) instead of messages.
 
     ``topics``: ``topic, since`` (``transforms.lifecycle.topic_arrivals``). The first round
@@ -125,11 +134,34 @@ def evaluate_copies(base: DataFrame, policies: Mapping[str, Mapping], as_of, top
         delta = persist(delta.join(dirty, "rowId", "left_anti").select(*columns)
                         .unionByName(evaluate_rows(redo).select(*columns)))
 
+    # While every new copy is a made copy (not a stored record taking over a history) in a
+    # topic without coupling, nothing evaluated so far can change: such a round only
+    # evaluates the new copies and derives theirs (a made copy never has a next stored
+    # record, so no stored row is relinked). The general round below diffs every copy
+    # against the previous round; it is needed from the first round whose new copies are
+    # stored records or enter a coupled topic, and then for every later round.
     copies, previous = first_copies, None
-    signature = _signature(copies)
-    rounds, converged = 1, signature[0] == 0
+    n, h, entangled = _signature(copies, is_coupled)
+    signature, frontier = (n, h), copies
+    rounds, simple, converged, general = 1, 0, n == 0, not simple_rounds
     while not converged:
         rounds += 1
+        if not general and entangled == 0:
+            simple += 1
+            evaluated = persist(evaluate_rows(frontier))
+            delta = delta.unionByName(evaluated.select(*columns))
+            frontier = persist(dead_letter_copies(evaluated, base.limit(0), policies).withColumn("v", version()))
+            previous, copies = copies, copies.unionByName(frontier)
+            n, h, entangled = _signature(frontier, is_coupled)
+            converged = n == 0
+            if not converged and rounds > max_hops:
+                # give the last copies their states, and stop
+                delta = delta.unionByName(persist(evaluate_rows(frontier)).select(*columns))
+                break
+            continue
+        if previous is not None and not general:
+            signature = _signature(copies, is_coupled)[:2]  # all copies, grown by the simple rounds
+        general = True
         reevaluate(copies, previous)
         previous = copies
         copies = persist(
@@ -137,13 +169,14 @@ def evaluate_copies(base: DataFrame, policies: Mapping[str, Mapping], as_of, top
                               "left_anti")
             .unionByName(dead_letter_copies(delta, base, policies).withColumn("v", version()))
         )
-        new_signature = _signature(copies)
-        converged = new_signature == signature
-        signature = new_signature
+        n, h, _ = _signature(copies, is_coupled)
+        converged = (n, h) == signature
+        signature = (n, h)
         if not converged and rounds > max_hops:
             reevaluate(copies, previous)  # give the last copies their states, and stop
             break
     fated = first.join(F.broadcast(replaced), "rowId", "left_anti").unionByName(delta)
     states = copy_states(fated, as_of)
     return Evaluation(as_of=as_of, states=states, dead_letters=states.where(F.col("hop") >= 1),
-                      events=state_events(fated, as_of), rounds=rounds, converged=converged, fated=fated)
+                      events=state_events(fated, as_of), rounds=rounds, converged=converged, simple=simple,
+                      fated=fated)

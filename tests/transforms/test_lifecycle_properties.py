@@ -98,8 +98,11 @@ def test_states_are_exclusive_exhaustive_deterministic_and_consistent_over_time(
             assert by_id[r[2]][5] == "dead_lettered" and r[3] == by_id[r[2]][3] + 1
             children[r[2]] = children.get(r[2], 0) + 1
     assert all(children.get(r[0]) == 1 for r in got if r[5] == "dead_lettered")
-    # Deterministic.
-    assert rows(evaluate(messages, policies, at(400), consumer_events=events, max_hops=6)) == got
+    # Deterministic, and the simple rounds (new copies alone while nothing else can change) give
+    # what general rounds over every copy give.
+    general = evaluate(messages, policies, at(400), consumer_events=events, max_hops=6, simple_rounds=False)
+    assert rows(general) == got
+    assert (general.rounds, general.converged) == (late.rounds, late.converged)
     # The event log gives the state at T, and a replay at an earlier t agrees with the log at t.
     assert event_states(late, 400) == {r[0]: r[5] for r in got}
     early = rows(evaluate(messages, policies, at(t1), consumer_events=events, max_hops=6))
@@ -109,3 +112,21 @@ def test_states_are_exclusive_exhaustive_deterministic_and_consistent_over_time(
     for r in early:
         if r[5] not in ("ready", "scheduled"):
             assert by_id[r[0]][5:8] == r[5:8]
+
+
+def test_simple_rounds_hand_over_to_general_ones_when_a_copy_enters_a_coupled_topic(spark):
+    # a -> b by TTL (b is not coupled: a simple round), b -> c by TTL: the copy enters c, which
+    # has a length limit, and pushes out the message stored there, from the next round on
+    # general rounds; that one dead-letters back to a, and so on until the cycle rule.
+    policies = {"a": {"messageTtlMs": 10, "deadLetterTopic": "b"}, "b": {"messageTtlMs": 10, "deadLetterTopic": "c"},
+                "c": {"maxLength": 1, "deadLetterTopic": "a"}}
+    scenario = (policies, [("a", 0, None, None, 0, 5), ("c", 5, None, None, 0, 5)], [])
+    messages, policies, events = build(spark, [scenario])
+    fast = evaluate(messages, policies, at(400), consumer_events=events, max_hops=6)
+    general = evaluate(messages, policies, at(400), consumer_events=events, max_hops=6, simple_rounds=False)
+    assert fast.simple >= 1 and fast.rounds > fast.simple + 1, (fast.rounds, fast.simple)
+    assert general.simple == 0 and (general.rounds, general.converged) == (fast.rounds, fast.converged)
+    assert rows(fast) == rows(general)
+    got = {(r[4], r[3]): r[5:7] for r in rows(fast)}
+    assert got[("s0.a", 0)] == ("dead_lettered", "expired")
+    assert got[("s0.c", 0)] == ("dead_lettered", "maxlen")  # pushed out by the copy from b at 20 ms
