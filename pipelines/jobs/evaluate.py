@@ -150,6 +150,7 @@ def evaluate_copies(base: DataFrame, policies: Mapping[str, Mapping], as_of, top
             simple += 1
             evaluated = persist(evaluate_rows(frontier))
             delta = delta.unionByName(evaluated.select(*columns))
+            # no stored record to relink (see above): an empty base keeps the full one unread
             frontier = persist(dead_letter_copies(evaluated, base.limit(0), policies).withColumn("v", version()))
             previous, copies = copies, copies.unionByName(frontier)
             n, h, entangled = _signature(frontier, is_coupled)
