@@ -12,6 +12,7 @@ mod hash;
 mod nsq;
 mod read;
 mod rocketmq;
+mod text;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;

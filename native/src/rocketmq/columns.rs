@@ -10,6 +10,7 @@ use std::collections::HashSet;
 
 use crate::buffers::Binary;
 use crate::hash::FnvBuild;
+use crate::text::same;
 
 /// Epoch milliseconds a Spark TIMESTAMP holds (years 1..9999).
 pub const MS_MIN: i64 = -62_135_596_800_000;
@@ -201,7 +202,7 @@ impl Derived {
 
     /// Whether the topic is a system one, from the few topics of a chunk seen so far.
     fn push_system(&mut self, rules: &Rules, topic: &[u8]) {
-        let known = self.topics.iter().find(|(t, _)| t == topic).map(|(_, s)| *s);
+        let known = self.topics.iter().find(|(t, _)| same(t, topic)).map(|(_, s)| *s);
         let system = known.unwrap_or_else(|| {
             let system = rules.system_topics.contains(topic) || topic.starts_with(&rules.system_prefix);
             if self.topics.len() < 64 {

@@ -5,6 +5,8 @@
 //! place of that last value. The first UNIQ_KEY of a record is kept too: a batch send appends
 //! the batch's own properties after each message's.
 
+use crate::text::{same, separators};
+
 const CRC32_KEY: &[u8] = b"__CRC32#";
 const FIRST_OF: &[u8] = b"UNIQ_KEY";
 
@@ -23,25 +25,34 @@ pub fn parse(text: &[u8]) -> (Vec<Entry<'_>>, Option<&[u8]>) {
 pub fn parse_into<'a>(text: &'a [u8], kept: &mut Vec<Entry<'a>>) -> Option<&'a [u8]> {
     kept.clear();
     let mut first = None;
-    for piece in memchr::memchr_iter(0x02, text).chain([text.len()]).scan(0, |from, to| {
-        let piece = &text[*from..to];
-        *from = to + 1;
-        Some(piece)
-    }) {
-        let Some(sep) = memchr::memchr(0x01, piece) else {
-            continue; // no separator: the broker's parser drops the piece too
+    // One scan finds both separators: a piece ends at 0x02 and splits at its first 0x01.
+    let (mut from, mut sep) = (0usize, None);
+    let mut piece = |from: usize, sep: Option<usize>, to: usize| {
+        let Some(sep) = sep else {
+            return; // no separator: the broker's parser drops the piece too
         };
-        let (name, value) = (&piece[..sep], &piece[sep + 1..]);
-        if name.is_empty() || value.is_empty() || name == CRC32_KEY {
-            continue;
+        let (name, value) = (&text[from..sep], &text[sep + 1..to]);
+        if name.is_empty() || value.is_empty() || same(name, CRC32_KEY) {
+            return;
         }
-        if name == FIRST_OF && first.is_none() {
+        if same(name, FIRST_OF) && first.is_none() {
             first = Some(value);
         }
         // Names per record are few: a linear look-back beats hashing here.
-        kept.retain(|(k, _)| *k != name);
+        if let Some(at) = kept.iter().position(|(k, _)| same(k, name)) {
+            kept.remove(at);
+        }
         kept.push((name, value));
-    }
+    };
+    separators(text, |i| {
+        if text[i] == 0x02 {
+            piece(from, sep, i);
+            (from, sep) = (i + 1, None);
+        } else if sep.is_none() {
+            sep = Some(i);
+        }
+    });
+    piece(from, sep, text.len());
     first
 }
 

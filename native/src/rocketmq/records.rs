@@ -15,6 +15,7 @@ use super::properties;
 use crate::buffers::Binary;
 use crate::hash::FnvBuild;
 use crate::read::{be_i16, be_i32, be_i64};
+use crate::text::{same, utf8};
 
 /// Epoch milliseconds a Spark TIMESTAMP holds (years 1..9999).
 const MS_MIN: i64 = -62_135_596_800_000;
@@ -52,7 +53,7 @@ impl Record {
     }
 
     /// The messages of the record (one, or an inner batch's), or why it is bad.
-    fn check(&self, buf: &[u8], verify_crc: bool) -> Result<Vec<Mini>, String> {
+    fn check(&self, buf: &[u8], verify_crc: bool) -> Result<Minis, String> {
         let born = be_i64(buf, self.p + 40);
         if !(MS_MIN..=MS_MAX).contains(&born) {
             return Err(format!("BORNTIMESTAMP {born} is not a time"));
@@ -70,19 +71,34 @@ impl Record {
         }
         let messages = if self.sysflag & NEED_UNWRAP_FLAG == 0 {
             let flag = be_i32(buf, self.p + 16);
-            vec![Mini { pos: self.p as i64, flag, crc: stored, body: span(self.body), props: span(self.props) }]
+            Minis::One([Mini { pos: self.p as i64, flag, crc: stored, body: span(self.body), props: span(self.props) }])
         } else if self.sysflag & COMPRESSED_FLAG != 0 {
             return Err("compressed inner batch (batches are never compressed)".into());
         } else {
-            unwrap(buf, self.body.0 as i64, self.body.1 as i64)?
+            Minis::Batch(unwrap(buf, self.body.0 as i64, self.body.1 as i64)?)
         };
-        if std::str::from_utf8(&buf[self.topic.0..self.topic.1]).is_err() {
+        if !utf8(&buf[self.topic.0..self.topic.1]) {
             return Err("TOPIC is not valid UTF-8".into());
         }
-        if messages.iter().any(|m| std::str::from_utf8(&buf[m.props.0 as usize..m.props.1 as usize]).is_err()) {
+        if messages.slice().iter().any(|m| !utf8(&buf[m.props.0 as usize..m.props.1 as usize])) {
             return Err("PROPERTIES are not valid UTF-8".into());
         }
         Ok(messages)
+    }
+}
+
+/// The messages of a record: itself (no allocation, the usual case) or an inner batch's.
+enum Minis {
+    One([Mini; 1]),
+    Batch(Vec<Mini>),
+}
+
+impl Minis {
+    fn slice(&self) -> &[Mini] {
+        match self {
+            Minis::One(one) => one,
+            Minis::Batch(many) => many,
+        }
     }
 }
 
@@ -92,23 +108,42 @@ fn span((a, b): (usize, usize)) -> (i64, i64) {
 
 type Names<'a> = HashMap<&'a [u8], i64, FnvBuild>;
 
-/// A host column: most records of a chunk share a few hosts, so the last one is reused.
-#[derive(Default)]
+/// A host column. A chunk's records come from a few producers and one broker, so an IPv4
+/// host's text is kept in a small cache keyed by its 8 raw bytes and formatted once.
 pub struct Hosts {
     pub out: Binary,
-    last: Vec<u8>,
+    cache: Box<[(u64, u8, [u8; HOST_TEXT]); HOST_SLOTS]>,
     text: String,
+}
+
+/// Room for the longest IPv4 host text, "255.255.255.255:-2147483648".
+const HOST_TEXT: usize = 27;
+const HOST_SLOTS: usize = 32;
+
+impl Default for Hosts {
+    fn default() -> Self {
+        Hosts { out: Binary::default(), cache: Box::new([(0, 0, [0; HOST_TEXT]); HOST_SLOTS]), text: String::new() }
+    }
 }
 
 impl Hosts {
     fn push(&mut self, raw: &[u8]) {
-        if raw != self.last.as_slice() || self.out.offsets.len() < 2 {
+        if raw.len() != 8 {
             self.text.clear();
             format_host(raw, &mut self.text);
-            self.last.clear();
-            self.last.extend_from_slice(raw);
+            self.out.push(self.text.as_bytes());
+            return;
         }
-        self.out.push(self.text.as_bytes());
+        let key = u64::from_le_bytes(raw.try_into().unwrap());
+        let slot = &mut self.cache[(key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59) as usize];
+        if slot.1 == 0 || slot.0 != key {
+            self.text.clear();
+            format_host(raw, &mut self.text);
+            slot.0 = key;
+            slot.1 = self.text.len() as u8;
+            slot.2[..self.text.len()].copy_from_slice(self.text.as_bytes());
+        }
+        self.out.push(&slot.2[..slot.1 as usize]);
     }
 }
 
@@ -218,9 +253,9 @@ impl Messages {
         std::mem::swap(&mut kept.coded, &mut kept.previous);
         kept.coded.clear();
         for (j, &(k, v)) in kept.pairs.iter().enumerate() {
-            // Rows of a chunk mostly repeat the same names in the same order: try the code of
-            // the previous row's name at this place before hashing.
-            let guess = kept.previous.get(j).filter(|(_, name, _)| *name == k).map(|(c, _, _)| *c);
+            // Rows of a chunk mostly repeat the same names, often in the same order: look for
+            // the name in the previous row (at this place first) before hashing.
+            let guess = kept.previous.get(j).filter(|(_, name, _)| same(name, k)).map(|(c, _, _)| *c);
             let next = names.len() as i64;
             let code = guess.unwrap_or_else(|| *names.entry(k).or_insert_with(|| {
                 pr.names.push(String::from_utf8_lossy(k).into_owned()); // checked UTF-8 above
@@ -264,7 +299,7 @@ impl<'a> Decoder<'a> {
         match r.check(self.buf, self.verify_crc) {
             Err(why) => self.out.reasons.push((i, why)),
             Ok(messages) => {
-                for (index, mini) in messages.iter().enumerate() {
+                for (index, mini) in messages.slice().iter().enumerate() {
                     self.out.push(self.buf, i, &r, index as i64, mini, &mut self.names, &mut self.kept, self.rules);
                 }
             }
