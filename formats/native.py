@@ -86,12 +86,16 @@ def _warn_once(why: str) -> None:
                       "`pip install ./native` (needs Rust/cargo, https://rustup.rs)", RuntimeWarning, stacklevel=3)
 
 
+def validity(valid: np.ndarray | None) -> pa.Buffer | None:
+    """An Arrow validity bitmap of a bool array; None (all valid) when there is no False."""
+    return None if valid is None or valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+
+
 def strings(offsets_data: tuple, valid: np.ndarray | None = None, typ: pa.DataType = pa.string()) -> pa.Array:
     """An Arrow string (or binary) array over the core's (int32 offsets, data) buffers, without a copy;
     null where ``valid`` is False."""
     off, data = offsets_data
-    mask = None if valid is None or valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(typ, len(off) // 4 - 1, [mask, pa.py_buffer(off), pa.py_buffer(data)])
+    return pa.Array.from_buffers(typ, len(off) // 4 - 1, [validity(valid), pa.py_buffer(off), pa.py_buffer(data)])
 
 
 def optional_strings(column: tuple) -> pa.Array:
@@ -101,16 +105,21 @@ def optional_strings(column: tuple) -> pa.Array:
 
 
 def optional_ints(column: tuple, typ: pa.DataType = pa.int64()) -> pa.Array:
-    """An int64 array (cast to ``typ``) from the core's (values, validity bytes)."""
+    """An array of ``typ`` from the core's (int64 values, validity bytes): without a copy for a
+    64-bit type (int64, timestamp), cast otherwise."""
     values, valid = column
-    return pa.array(np.frombuffer(values, np.int64), mask=~np.frombuffer(valid, np.bool_)).cast(typ)
+    mask = validity(np.frombuffer(valid, np.bool_))
+    if typ.bit_width == 64:
+        return pa.Array.from_buffers(typ, len(values) // 8, [mask, pa.py_buffer(values)])
+    return pa.Array.from_buffers(pa.int64(), len(values) // 8, [mask, pa.py_buffer(values)]).cast(typ)
 
 
 def string_lists(column: tuple) -> pa.Array:
     """A list<string> array from the core's (list offsets, list validity, value offsets, value data)."""
     off, valid, value_off, value_data = column
-    mask = np.append(~np.frombuffer(valid, np.bool_), False)
-    return pa.ListArray.from_arrays(pa.array(np.frombuffer(off, np.int32), mask=mask), strings((value_off, value_data)))
+    n = len(off) // 4 - 1
+    return pa.Array.from_buffers(pa.list_(pa.string()), n, [validity(np.frombuffer(valid, np.bool_)), pa.py_buffer(off)],
+                                 children=[strings((value_off, value_data))])
 
 
 def string_maps(offsets: bytes, keys: pa.Array, values: pa.Array) -> pa.Array:

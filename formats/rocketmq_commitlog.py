@@ -370,6 +370,8 @@ def _in_range(ms: np.ndarray) -> np.ndarray:
 
 def _timestamps(ms) -> pa.Array:
     """Epoch milliseconds (int64 array, nulls allowed) -> the schema's timestamps; out of range -> null."""
+    if isinstance(ms, np.ndarray) and _in_range(ms).all():
+        return pa.Array.from_buffers(TS, len(ms), [None, pa.py_buffer(ms.astype(np.int64) * 1000)])
     arr = pa.array(ms, pa.int64())
     ok = pc.and_(pc.greater_equal(arr, _MS_MIN), pc.less_equal(arr, _MS_MAX))
     arr = pc.if_else(ok, arr, pa.scalar(None, pa.int64()))
@@ -899,7 +901,8 @@ class RocketMqCommitLogCodec(NativeCodec):
         msf = msg.sysflag
         compressed = (msf & L.COMPRESSED_FLAG) != 0
         codec_names = np.array([L.COMPRESSION_TYPES.get(t, f"unknown({t})") for t in range(8)], dtype=object)
-        compression = pa.array(np.where(compressed, codec_names[(msf >> 8) & 7], None), pa.string())
+        compression = (pa.array(np.where(compressed, codec_names[(msf >> 8) & 7], None), pa.string())
+                       if compressed.any() else pa.nulls(m, pa.string()))
         body = msg.body
         body_size = pc.binary_length(body).to_numpy(zero_copy_only=False).astype(np.int32)
         if self.decompress and compressed.any():
