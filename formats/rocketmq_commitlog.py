@@ -503,17 +503,14 @@ def _native_messages(d: dict, n: int) -> _Messages:
     m = len(col["outer"])
     valid = np.frombuffer(d["uniq_first_valid"], np.bool_)
     keys, values = _strings(d["prop_keys"]), _strings(d["prop_values"])
-    props = P.Properties(
-        m, col["prop_rows"], keys, values, col["prop_codes"], {k: i for i, k in enumerate(d["prop_names"])},
-        firsts={"UNIQ_KEY": _strings(d["uniq_first"], valid)} if valid.any() else {},
-    )
     return _Messages(
-        r, col["outer"], col["pos"], col["flag"], col["crc"], col["length"], _strings(d["topic"]), props,
+        r, col["outer"], col["pos"], col["flag"], col["crc"], col["length"], _strings(d["topic"]), None,
         _strings(d["body"], typ=pa.binary()), queue_id=col["queue_id"], queue_offset=col["queue_offset"],
         physical_offset=col["physical_offset"], sysflag=col["sysflag"].astype(np.int64), born_ms=col["born_ms"],
         store_ms=col["store_ms"], reconsume=col["reconsume"], prepared=col["prepared"],
         born_host=_strings(d["born_host"]), store_host=_strings(d["store_host"]), message_id=_strings(d["message_id"]),
         derived=_native_derived(d, keys, values),
+        producer_unique_id=_strings(d["uniq_first"], valid),
     )
 
 
@@ -539,7 +536,6 @@ _NATIVE_COLUMNS = {
     "outer": np.int64, "pos": np.int64, "flag": np.int32, "crc": np.int32, "length": np.int64,
     "queue_id": np.int32, "queue_offset": np.int64, "physical_offset": np.int64, "sysflag": np.int32,
     "born_ms": np.int64, "store_ms": np.int64, "reconsume": np.int32, "prepared": np.int64,
-    "prop_rows": np.int64, "prop_codes": np.int64,
 }
 
 
@@ -557,7 +553,7 @@ class _Messages:
     crc: np.ndarray
     length: np.ndarray
     topic: pa.Array
-    props: P.Properties
+    props: P.Properties | None  # None from the native core, which gives ``derived`` and ``producer_unique_id``
     body: pa.Array
     queue_id: np.ndarray
     queue_offset: np.ndarray
@@ -572,6 +568,8 @@ class _Messages:
     message_id: pa.Array
     #: Columns already made from the properties (native core); None: made by ``_property_columns``.
     derived: dict[str, pa.Array] | None = None
+    #: The first UNIQ_KEY of each row (native core); None: taken from ``props``.
+    producer_unique_id: pa.Array | None = None
 
 
 def _delay_table(v: str) -> str:
@@ -897,7 +895,7 @@ class RocketMqCommitLogCodec(NativeCodec):
             msg = _native_messages(fr.decoded, n)
         else:
             msg = _python_messages(buf, p, tot, self.verify_crc, self._message_rows)
-        r, o, props, m = msg.r, msg.o, msg.props, len(msg.o)
+        r, o, m = msg.r, msg.o, len(msg.o)
         msf = msg.sysflag
         compressed = (msf & L.COMPRESSED_FLAG) != 0
         codec_names = np.array([L.COMPRESSION_TYPES.get(t, f"unknown({t})") for t in range(8)], dtype=object)
@@ -935,7 +933,8 @@ class RocketMqCommitLogCodec(NativeCodec):
             "queueOffset": pa.array(msg.queue_offset),
             "physicalOffset": pa.array(msg.physical_offset),
             "messageId": msg.message_id,
-            "producerUniqueId": props.first("UNIQ_KEY"),
+            "producerUniqueId": (msg.producer_unique_id if msg.producer_unique_id is not None
+                                 else msg.props.first("UNIQ_KEY")),
             "bornTimestamp": _timestamps(msg.born_ms),
             "bornHost": msg.born_host,
             "storeTimestamp": _timestamps(msg.store_ms),

@@ -199,11 +199,8 @@ fn messages_dict(py: Python<'_>, m: rocketmq::records::Messages) -> PyResult<Bou
     d.set_item("store_host", m.store_host.out.into_py(py)?)?;
     d.set_item("message_id", m.message_id.into_py(py)?)?;
     let p = m.props;
-    d.set_item("prop_rows", column(py, p.rows)?)?;
     d.set_item("prop_keys", p.keys.into_py(py)?)?;
     d.set_item("prop_values", p.values.into_py(py)?)?;
-    d.set_item("prop_codes", column(py, p.codes)?)?;
-    d.set_item("prop_names", p.names)?;
     d.set_item("uniq_first", p.uniq_first.into_py(py)?)?;
     let valid: Vec<u8> = p.uniq_first_valid.iter().map(|&b| b as u8).collect();
     d.set_item("uniq_first_valid", column(py, valid)?)?;
@@ -280,7 +277,7 @@ fn derived_columns<'py>(py: Python<'py>, d: &Bound<'py, PyDict>, x: rocketmq::co
 
 /// Bumped whenever a function's arguments or results change: `formats/native.py` uses the
 /// module only when it names the same version, so a stale build never meets newer codecs.
-const API_VERSION: u32 = 2;
+const API_VERSION: u32 = 3;
 
 #[pymodule]
 fn msglake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -147,14 +147,11 @@ impl Hosts {
     }
 }
 
-/// Parsed properties of every row: kept entries, their names' codes, the first UNIQ_KEY.
+/// Parsed properties of every row: kept entries (the `headers` map), the first UNIQ_KEY.
 #[derive(Default)]
 pub struct Props {
-    pub rows: Vec<i64>,
     pub keys: Binary,
     pub values: Binary,
-    pub codes: Vec<i64>,
-    pub names: Vec<String>,
     pub uniq_first: Binary,
     pub uniq_first_valid: Vec<bool>,
 }
@@ -221,7 +218,6 @@ impl Messages {
     fn push<'a>(&mut self, buf: &'a [u8], i: usize, r: &Record, index: i64, mini: &Mini, names: &mut Names<'a>,
                 kept: &mut Kept<'a>, rules: &Rules) {
         let p = r.p;
-        let row = self.outer.len() as i64;
         self.outer.push(i as i64);
         self.pos.push(mini.pos);
         self.flag.push(mini.flag);
@@ -242,31 +238,28 @@ impl Messages {
         self.message_id.data.reserve(2 * (r.recon_at - r.store_at + 8));
         message_id(&buf[r.store_at..r.recon_at], &buf[p + 28..p + 36], &mut self.message_id.data);
         self.message_id.offsets.push(self.message_id.data.len() as i32);
-        self.add_properties(&buf[mini.props.0 as usize..mini.props.1 as usize], row, names, kept, rules);
+        self.add_properties(&buf[mini.props.0 as usize..mini.props.1 as usize], names, kept, rules);
         self.derived.push(rules, &kept.coded, r.sysflag, be_i64(buf, p + 40), &buf[r.topic.0..r.topic.1]);
     }
 
-    fn add_properties<'a>(&mut self, text: &'a [u8], row: i64, names: &mut Names<'a>, kept: &mut Kept<'a>,
+    fn add_properties<'a>(&mut self, text: &'a [u8], names: &mut Names<'a>, kept: &mut Kept<'a>,
                           rules: &Rules) {
         let first = properties::parse_into(text, &mut kept.pairs);
         let pr = &mut self.props;
         std::mem::swap(&mut kept.coded, &mut kept.previous);
         kept.coded.clear();
         for (j, &(k, v)) in kept.pairs.iter().enumerate() {
-            // Rows of a chunk mostly repeat the same names, often in the same order: look for
-            // the name in the previous row (at this place first) before hashing.
+            // Rows of a chunk mostly repeat the same names in the same order: try the code of
+            // the previous row's name at this place before hashing.
             let guess = kept.previous.get(j).filter(|(_, name, _)| same(name, k)).map(|(c, _, _)| *c);
             let next = names.len() as i64;
             let code = guess.unwrap_or_else(|| *names.entry(k).or_insert_with(|| {
-                pr.names.push(String::from_utf8_lossy(k).into_owned()); // checked UTF-8 above
                 self.derived.name(rules, k);
                 next
             }));
             kept.coded.push((code, k, v));
-            pr.rows.push(row);
             pr.keys.push(k);
             pr.values.push(v);
-            pr.codes.push(code);
         }
         pr.uniq_first.push(first.unwrap_or(b""));
         pr.uniq_first_valid.push(first.is_some());
@@ -339,7 +332,7 @@ mod tests {
         assert_eq!(m.born_host.out.data, b"127.0.0.1:0");
         assert_eq!(m.store_host.out.data, b"192.168.71.1:8123");
         assert_eq!(m.crc, vec![151131488]);
-        assert_eq!(m.props.names, vec!["UNIQ_KEY", "TAGS"]);
+        assert_eq!(m.props.keys.data, b"UNIQ_KEYTAGS");
         assert_eq!((m.props.uniq_first.data.as_slice(), m.props.uniq_first_valid.as_slice()), (&b"u1"[..], &[true][..]));
     }
 
