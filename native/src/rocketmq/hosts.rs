@@ -57,10 +57,16 @@ const HEX: &[u8; 16] = b"0123456789ABCDEF";
 
 /// Offset msgId: store host bytes + PHYSICALOFFSET (8 bytes), upper-case hex.
 pub fn message_id(store_host: &[u8], physical: &[u8], out: &mut Vec<u8>) {
+    // Written into a stack buffer and appended once: a push per character checks the
+    // vector's room 32 times per record.
+    let mut text = [0u8; 2 * (20 + 8)];
+    let mut n = 0;
     for &b in store_host.iter().chain(physical) {
-        out.push(HEX[(b >> 4) as usize]);
-        out.push(HEX[(b & 15) as usize]);
+        text[n] = HEX[(b >> 4) as usize];
+        text[n + 1] = HEX[(b & 15) as usize];
+        n += 2;
     }
+    out.extend_from_slice(&text[..n]);
 }
 
 #[cfg(test)]
