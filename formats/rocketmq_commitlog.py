@@ -541,6 +541,9 @@ _NATIVE_COLUMNS = {
 
 _strings = NV.strings
 
+#: COMPRESSIONTYPE (SYSFLAG bits 8-10) -> the compression column's name.
+_CODEC_NAMES = np.array([L.COMPRESSION_TYPES.get(t, f"unknown({t})") for t in range(8)], dtype=object)
+
 
 @dataclass
 class _Messages:
@@ -898,11 +901,10 @@ class RocketMqCommitLogCodec(NativeCodec):
         r, o, m = msg.r, msg.o, len(msg.o)
         msf = msg.sysflag
         compressed = (msf & L.COMPRESSED_FLAG) != 0
-        codec_names = np.array([L.COMPRESSION_TYPES.get(t, f"unknown({t})") for t in range(8)], dtype=object)
-        compression = (pa.array(np.where(compressed, codec_names[(msf >> 8) & 7], None), pa.string())
+        compression = (pa.array(np.where(compressed, _CODEC_NAMES[(msf >> 8) & 7], None), pa.string())
                        if compressed.any() else pa.nulls(m, pa.string()))
         body = msg.body
-        body_size = pc.binary_length(body).to_numpy(zero_copy_only=False).astype(np.int32)
+        body_size = pc.binary_length(body)  # int32, as the schema's bodySize
         if self.decompress and compressed.any():
             where = np.flatnonzero(compressed)
             plain = []
@@ -913,7 +915,7 @@ class RocketMqCommitLogCodec(NativeCodec):
                     plain.append(b"")
                     r.fail(np.arange(n) == o[j], f"body does not decompress as {compression[j].as_py()}: {e}")
             body = pc.coalesce(scatter(pa.array(plain, pa.binary()), where, m), body)
-            body_size = pc.binary_length(body).to_numpy(zero_copy_only=False).astype(np.int32)
+            body_size = pc.binary_length(body)  # int32, as the schema's bodySize
             compression = pa.nulls(m, pa.string())
 
         for i in np.flatnonzero(~r.ok).tolist():
@@ -948,7 +950,7 @@ class RocketMqCommitLogCodec(NativeCodec):
             "bodyCrc": pa.array(msg.crc.astype(np.int32)),
             "preparedTransactionOffset": pa.array(msg.prepared),
             "body": body,
-            "bodySize": pa.array(body_size),
+            "bodySize": body_size,
             "recordLength": pa.array(msg.length),
             **derived,
         }
