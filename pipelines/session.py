@@ -18,6 +18,16 @@ from msglake.pipelines.settings import Settings
 CHECKOUT = CONF_DIR.parent if (CONF_DIR.parent / "jars" / "pom.xml").is_file() else None
 
 
+#: Columns of the lake's tables whose values are (nearly) all distinct: ids, bodies, positions,
+#: times, CRCs. Parquet dictionary-encodes every column until its dictionary passes 1 MiB, which
+#: for these means hashing every value of a small file (one per topic partition and batch) for
+#: nothing. Measured on 953K NSQ messages written to Delta (local[2]): 1,000 topic partitions
+#: 21.0-23.8 s -> 19.2-20.5 s, 10 partitions 6.4-7.1 s -> 5.5-7.0 s, files the same size.
+UNIQUE_VALUED_COLUMNS = ("body", "rawBytes", "messageId", "uniqueId", "producerUniqueId", "traceId",
+                         "segmentPosition", "queueOffset", "physicalOffset", "bornTimestamp", "storeTimestamp",
+                         "bodyCrc")
+
+
 def jars_dir(settings: Settings) -> Path:
     """Where the Delta jars are: ``spark.jarsDir`` (or ``$MSGLAKE_JARS_DIR``), else ``./.jars``
     when it holds them, else the ``.jars`` of the checkout msglake runs from."""
@@ -137,6 +147,7 @@ def build_session(settings: Settings, app_name: str | None = None, master: str |
         "spark.sql.chunkBase64String.enabled": "false",
         # The stage progress bar fills non-terminal logs with thousands of lines; msglake has its own.
         "spark.ui.showConsoleProgress": "false",
+        **{f"spark.hadoop.parquet.enable.dictionary#{c}": "false" for c in UNIQUE_VALUED_COLUMNS},
     }
     builder = SparkSession.builder.appName(app_name or settings.spark.appName)
     master = master or settings.spark.master

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
@@ -112,6 +114,17 @@ def test_small_trigger_budget_runs_several_bounded_batches_with_the_same_result(
     assert max(summary.batch_bytes) <= 100_000 + 1100 and sum(summary.batch_bytes) == summary.read_bytes
     assert summary.messages == len(truth.messages)
     assert set(table_keys(spark, settings.lake.table_path("messages"))) == set(truth.by_key())
+    # Columns of distinct values are written without a Parquet dictionary; the others keep it
+    # (where it pays: the writer drops it itself in a file of a few rows).
+    dictionary = {}
+    for file in Path(settings.lake.table_path("messages")).rglob("*.parquet"):
+        meta = pq.ParquetFile(file).metadata.row_group(0)
+        for i in range(meta.num_columns):
+            if any("DICTIONARY" in e for e in meta.column(i).encodings):
+                dictionary.setdefault(meta.column(i).path_in_schema, 0)
+                dictionary[meta.column(i).path_in_schema] += 1
+    assert not {"body", "messageId", "storeTimestamp", "segmentPosition"} & set(dictionary)
+    assert dictionary["sourceFormat"] > 0 and dictionary["storeHost"] > 0
 
 
 @pytest.mark.parametrize("counted", ["while writing", "before writing"])
