@@ -37,7 +37,10 @@ def _ordered(policies: Policies) -> list[tuple[str, Mapping]]:
 def _matches(pattern: str, topic: Column) -> Column:
     if not _is_glob(pattern):
         return topic == F.lit(pattern)
-    return topic.rlike(fnmatch.translate(pattern))
+    # rlike finds the pattern anywhere, where Python's re.match (policy_for) anchors it at the
+    # start: anchor it, and end it with Java's \z (Python's \Z; Java's \Z allows a final newline).
+    regex = fnmatch.translate(pattern)
+    return topic.rlike("^" + (regex[:-2] + "\\z" if regex.endswith("\\Z") else regex))
 
 
 def policy_for(policies: Policies, topic: str) -> Mapping:

@@ -1,5 +1,6 @@
 """semantics.md §1-4, §7 as columns: one test per rule."""
 import datetime as dt
+import random
 
 import pytest
 from pyspark.sql import functions as F
@@ -13,6 +14,7 @@ from msglake.transforms.semantics import (
     message_type,
     expire_at,
     expire_time_ignored,
+    policy_for,
     policy_value,
     state_at,
     stored_by,
@@ -144,3 +146,24 @@ def test_message_type_from_the_source_else_from_the_headers(spark):
         "startDeliverTime", F.when(F.col("deliver").isNotNull(), F.current_timestamp()))
     assert_rows(df.select(message_type().alias("t")),
                 [("TRANSACTION",), ("DELAY",), ("DELAY",), ("TRANSACTION",), ("FIFO",), ("NORMAL",)])
+
+
+def test_policy_values_agree_with_the_python_lookup_for_random_policies(spark):
+    # policy_value leaves out branches that give the default unless they shadow a glob: the
+    # Spark column must still pick what policy_for (the plain most-specific match) picks.
+    rng = random.Random(7)
+    names = ["a", "ab", "a.b", "b", "orders", "orders.dlq", "a*", "*", "orders*", "*.dlq", "?b", "a.*"]
+    topics = ["a", "ab", "a.b", "b", "orders", "orders.dlq", "ac", "x.dlq", "bb", "c", "orders.eu"]
+    cases = []
+    for _ in range(30):
+        pol = {n: {k: rng.choice(values) for k, values in (("messageTtlMs", [None, 1, 2]), ("maxLength", [None, 5]))}
+               for n in rng.sample(names, rng.randint(1, len(names)))}
+        cases.append({n: {k: v for k, v in p.items() if v is not None} for n, p in pol.items()})
+    df = spark.createDataFrame([(t,) for t in topics], "topic string")
+    got = df.select("topic", *[policy_value(p, key, default).alias(f"{i}-{key}") for i, p in enumerate(cases)
+                               for key, default in (("messageTtlMs", None), ("maxLength", 0))]).collect()
+    for row in got:
+        for i, p in enumerate(cases):
+            for key, default in (("messageTtlMs", None), ("maxLength", 0)):
+                want = policy_for(p, row["topic"]).get(key, default)
+                assert row[f"{i}-{key}"] == want, (p, row["topic"], key)
