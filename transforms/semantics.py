@@ -59,12 +59,43 @@ def policy_value(policies: Policies, key: str, default=None, topic: Column | Non
     """
     topic = F.col("topic") if topic is None else topic
     chain = None
-    for pattern, policy in _ordered(policies):
-        value = policy.get(key)
-        value = default if value is None else value
-        cond = _matches(pattern, topic)
+    for names, value in _branches(policies, key, default):
+        cond = _matches(names[0], topic) if len(names) == 1 else topic.isin(*names)
         chain = F.when(cond, F.lit(value)) if chain is None else chain.when(cond, F.lit(value))
     return F.lit(default) if chain is None else chain.otherwise(F.lit(default))
+
+
+def _branches(policies: Policies, key: str, default) -> list[tuple[list[str], object]]:
+    """The branches :func:`policy_value` needs for ``key``, most specific first, as (patterns, value).
+
+    A policy that gives the default is left out unless it shadows a less specific pattern that
+    could match the same topic with another value; neighbouring exact names with one value share
+    a branch. The evaluation rounds plan these expressions again and again, and a branch per
+    policy and key made the plans several times larger (planning, not running, is most of a
+    small evaluation).
+
+    >>> [(names, v) for names, v in _branches({"a": {"x": 1}, "b": {"x": 1}, "c": {}, "d*": {"x": 2}}, "x", None)]
+    [(['a', 'b'], 1), (['d*'], 2)]
+    >>> _branches({"d1": {}, "d*": {"x": 2}}, "x", None)
+    [(['d1'], None), (['d*'], 2)]
+    """
+    ordered = [(p, default if pol.get(key) is None else pol.get(key)) for p, pol in _ordered(policies)]
+    out: list[tuple[list[str], object]] = []
+    for i, (pattern, value) in enumerate(ordered):
+        if value == default and not any(v != default and _may_overlap(pattern, q) for q, v in ordered[i + 1:]):
+            continue
+        if out and out[-1][1] == value and not _is_glob(pattern) and not _is_glob(out[-1][0][-1]):
+            out[-1][0].append(pattern)
+        else:
+            out.append(([pattern], value))
+    return out
+
+
+def _may_overlap(specific: str, other: str) -> bool:
+    """Whether some topic could match both patterns (exact names are decided, globs assumed to)."""
+    if not _is_glob(specific):
+        return specific == other or (_is_glob(other) and re.match(fnmatch.translate(other), specific) is not None)
+    return _is_glob(other)
 
 
 def plus_ms(ts: Column, ms: Column) -> Column:
