@@ -235,24 +235,11 @@ def source_batch(columns: dict[str, pa.Array], n: int) -> pa.RecordBatch:
     for f in SOURCE_SCHEMA:
         arr = columns.get(f.name)
         if arr is None:
-            arr = _nulls(f.type, n)
+            arr = pa.nulls(n, f.type)
         elif arr.type != f.type:
             arr = arr.cast(f.type)
         arrays.append(arr)
     return pa.RecordBatch.from_arrays(arrays, schema=SOURCE_SCHEMA)
-
-
-#: An all-null array per type, sliced by :func:`_nulls` (a slice costs no copy).
-_NULLS: dict[pa.DataType, pa.Array] = {}
-
-
-def _nulls(typ: pa.DataType, n: int) -> pa.Array:
-    """``n`` nulls of ``typ``: every chunk has columns its format never fills, and making them
-    anew was a fixed cost per chunk, paid once per segment by a backlog of small segments."""
-    have = _NULLS.get(typ)
-    if have is None or len(have) < n:
-        have = _NULLS[typ] = pa.nulls(max(n, 8192, 2 * len(have) if have is not None else 0), typ)
-    return have.slice(0, n)
 
 
 @dataclass

@@ -36,20 +36,6 @@ pub fn same(a: &[u8], b: &[u8]) -> bool {
     a == b
 }
 
-/// A hash of a short string from its length and first and last word (names differ there).
-#[inline(always)]
-pub fn short_hash(s: &[u8]) -> u64 {
-    let n = s.len();
-    let (a, b) = if n >= 8 {
-        (word(s, 0), word(s, n - 8))
-    } else {
-        let mut w = [0u8; 8];
-        w[..n].copy_from_slice(s);
-        (u64::from_le_bytes(w), 0)
-    };
-    (a ^ b.rotate_left(29) ^ n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
 /// Whether `s` is valid UTF-8: ASCII is checked a word at a time (property strings and topics
 /// nearly always are), anything else by the standard library.
 #[inline]

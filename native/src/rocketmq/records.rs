@@ -15,7 +15,7 @@ use super::properties;
 use crate::buffers::Binary;
 use crate::hash::FnvBuild;
 use crate::read::{be_i16, be_i32, be_i64};
-use crate::text::{same, short_hash, utf8};
+use crate::text::{same, utf8};
 
 /// Epoch milliseconds a Spark TIMESTAMP holds (years 1..9999).
 const MS_MIN: i64 = -62_135_596_800_000;
@@ -106,37 +106,7 @@ fn span((a, b): (usize, usize)) -> (i64, i64) {
     (a as i64, b as i64)
 }
 
-/// The codes of a chunk's property names (0, 1, ... in order of appearance): a small cache
-/// indexed by a hash of the name's first and last word in front of the map, because a chunk
-/// holds a few dozen names and each row looks up about six.
-pub struct Names<'a> {
-    map: HashMap<&'a [u8], i64, FnvBuild>,
-    slots: [(&'a [u8], i64); 64],
-}
-
-impl Default for Names<'_> {
-    fn default() -> Self {
-        Names { map: HashMap::default(), slots: [(&[], -1); 64] }
-    }
-}
-
-impl<'a> Names<'a> {
-    /// The code of `name`; `new` is called for a name not seen before.
-    #[inline]
-    fn code(&mut self, name: &'a [u8], new: impl FnOnce()) -> i64 {
-        let slot = &mut self.slots[(short_hash(name) >> 58) as usize];
-        if slot.1 >= 0 && same(slot.0, name) {
-            return slot.1;
-        }
-        let next = self.map.len() as i64;
-        let code = *self.map.entry(name).or_insert_with(|| {
-            new();
-            next
-        });
-        *slot = (name, code);
-        code
-    }
-}
+type Names<'a> = HashMap<&'a [u8], i64, FnvBuild>;
 
 /// A host column. A chunk's records come from a few producers and one broker, so an IPv4
 /// host's text is kept in a small cache keyed by its 8 raw bytes and formatted once.
@@ -281,7 +251,11 @@ impl Messages {
             // Rows of a chunk mostly repeat the same names in the same order: try the code of
             // the previous row's name at this place before hashing.
             let guess = kept.previous.get(j).filter(|(_, name, _)| same(name, k)).map(|(c, _, _)| *c);
-            let code = guess.unwrap_or_else(|| names.code(k, || self.derived.name(rules, k)));
+            let next = names.len() as i64;
+            let code = guess.unwrap_or_else(|| *names.entry(k).or_insert_with(|| {
+                self.derived.name(rules, k);
+                next
+            }));
             kept.coded.push((code, k, v));
             pr.keys.push(k);
             pr.values.push(v);
