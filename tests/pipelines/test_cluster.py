@@ -1,4 +1,4 @@
-"""The same ingest on a real Spark standalone cluster (master + two workers on loopback)."""
+"""The same ingest on a real Spark standalone cluster (a master and a worker on loopback)."""
 from __future__ import annotations
 
 import glob
@@ -40,7 +40,7 @@ def test_ingest_on_a_standalone_cluster_equals_local_mode(spark, tmp_path):
     elsewhere.mkdir()
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
 
-    cluster = start_standalone(tmp_path / "cluster", workers=2, cores=1, memory="2g")
+    cluster = start_standalone(tmp_path / "cluster", workers=1, cores=2, memory="2g")
     try:
         by_cli = subprocess.run(
             [os.path.join(BIN, "msglake"), "ingest", "--conf", str(conf), "--lake", str(tmp_path / "lake-cli"),
@@ -59,11 +59,14 @@ def test_ingest_on_a_standalone_cluster_equals_local_mode(spark, tmp_path):
         cluster.stop()
     assert cluster.alive_groups() == [], "a cluster process outlived the test"
 
-    # Both jobs ran on the cluster's executors, each of them fetching msglake's code zip.
+    # Both jobs ran on the cluster's executor, which fetched msglake's code zip. (One worker: a
+    # second one gave each job a second executor to start on the machine's two cores, 161 s
+    # instead of 122 s for this test, and showed nothing more: every task already runs in a
+    # process other than the driver, with only the zip to import msglake from.)
     assert len(apps) == 2 and all(a["cores"] == 2 for a in apps), apps
     for app in apps:
         fetched = glob.glob(str(tmp_path / "cluster" / "worker-*" / app["id"] / "*" / "msglake-*.zip"))
-        assert len(fetched) == 2, (app["id"], fetched)  # one per executor
+        assert len(fetched) == 1, (app["id"], fetched)
 
     for source in ("nsq", "rmq"):
         assert ingest(spark, local, source).balanced
