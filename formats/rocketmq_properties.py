@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -111,6 +110,10 @@ def parse(texts: pa.Array) -> Properties:
     names = {k: i for i, k in enumerate(encoded.dictionary.to_pylist())}
     firsts = {name: _first_values(n, rows, values, keep & (codes == names[name])) for name in FIRST_OF if name in names}
     pair = rows * (len(encoded.dictionary) + 1) + codes
+    # Imported here, on the Python path only: pandas costs every Spark Python process that
+    # imports the source (workers, the streaming planner) 0.13 s, and the native path never needs it.
+    import pandas as pd
+
     earlier_dup = np.zeros(len(rows), np.bool_)
     earlier_dup[keep] = pd.Series(pair[keep]).duplicated(keep="last").to_numpy()
     keep &= ~earlier_dup
