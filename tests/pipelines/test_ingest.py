@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -116,13 +117,11 @@ def test_small_trigger_budget_runs_several_bounded_batches_with_the_same_result(
     assert set(table_keys(spark, settings.lake.table_path("messages"))) == set(truth.by_key())
     # Columns of distinct values are written without a Parquet dictionary; the others keep it
     # (where it pays: the writer drops it itself in a file of a few rows).
-    dictionary = {}
+    dictionary = Counter()  # column -> files where it is dictionary-encoded
     for file in Path(settings.lake.table_path("messages")).rglob("*.parquet"):
         meta = pq.ParquetFile(file).metadata.row_group(0)
-        for i in range(meta.num_columns):
-            if any("DICTIONARY" in e for e in meta.column(i).encodings):
-                dictionary.setdefault(meta.column(i).path_in_schema, 0)
-                dictionary[meta.column(i).path_in_schema] += 1
+        dictionary.update(meta.column(i).path_in_schema for i in range(meta.num_columns)
+                          if any("DICTIONARY" in e for e in meta.column(i).encodings))
     assert not {"body", "messageId", "storeTimestamp", "segmentPosition"} & set(dictionary)
     assert dictionary["sourceFormat"] > 0 and dictionary["storeHost"] > 0
 
