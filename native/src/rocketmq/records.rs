@@ -108,42 +108,45 @@ fn span((a, b): (usize, usize)) -> (i64, i64) {
 
 type Names<'a> = HashMap<&'a [u8], i64, FnvBuild>;
 
-/// A host column. A chunk's records come from a few producers and one broker, so an IPv4
-/// host's text is kept in a small cache keyed by its 8 raw bytes and formatted once.
+/// A host column. A chunk's records come from a few producers and one broker, so the texts
+/// of the last few hosts are kept with their raw fields (8 bytes for IPv4, 20 for IPv6) and
+/// each host is formatted once: an IPv6 text costs a few allocations to write.
+#[derive(Default)]
 pub struct Hosts {
     pub out: Binary,
-    cache: Box<[(u64, u8, [u8; HOST_TEXT]); HOST_SLOTS]>,
+    seen: Vec<Seen>,
+    /// The entry the next new host replaces once `seen` is full.
+    next: usize,
     text: String,
 }
 
-/// Room for the longest IPv4 host text, "255.255.255.255:-2147483648".
-const HOST_TEXT: usize = 27;
-const HOST_SLOTS: usize = 32;
-
-impl Default for Hosts {
-    fn default() -> Self {
-        Hosts { out: Binary::default(), cache: Box::new([(0, 0, [0; HOST_TEXT]); HOST_SLOTS]), text: String::new() }
-    }
+/// A host seen in the chunk: its raw field and its text.
+struct Seen {
+    raw: Vec<u8>,
+    text: Vec<u8>,
 }
+
+/// Hosts remembered per column. Looked up in order: the usual chunk has one to a few, and a
+/// search of a few entries costs less than hashing 20 bytes (a direct-mapped table of hashed
+/// slots was tried: two producers whose fields shared a slot missed on most rows).
+const HOSTS_SEEN: usize = 8;
 
 impl Hosts {
     fn push(&mut self, raw: &[u8]) {
-        if raw.len() != 8 {
-            self.text.clear();
-            format_host(raw, &mut self.text);
-            self.out.push(self.text.as_bytes());
+        if let Some(hit) = self.seen.iter().find(|s| same(&s.raw, raw)) {
+            self.out.push(&hit.text);
             return;
         }
-        let key = u64::from_le_bytes(raw.try_into().unwrap());
-        let slot = &mut self.cache[(key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59) as usize];
-        if slot.1 == 0 || slot.0 != key {
-            self.text.clear();
-            format_host(raw, &mut self.text);
-            slot.0 = key;
-            slot.1 = self.text.len() as u8;
-            slot.2[..self.text.len()].copy_from_slice(self.text.as_bytes());
+        self.text.clear();
+        format_host(raw, &mut self.text);
+        self.out.push(self.text.as_bytes());
+        let entry = Seen { raw: raw.to_vec(), text: self.text.as_bytes().to_vec() };
+        if self.seen.len() < HOSTS_SEEN {
+            self.seen.push(entry);
+        } else {
+            self.seen[self.next] = entry;
+            self.next = (self.next + 1) % HOSTS_SEEN;
         }
-        self.out.push(&slot.2[..slot.1 as usize]);
     }
 }
 
@@ -333,6 +336,24 @@ mod tests {
         assert_eq!(m.crc, vec![151131488]);
         assert_eq!(m.props.keys.data, b"UNIQ_KEYTAGS");
         assert_eq!((m.props.uniq_first.data.as_slice(), m.props.uniq_first_valid.as_slice()), (&b"u1"[..], &[true][..]));
+    }
+
+    #[test]
+    fn hosts_come_out_as_formatted_whether_remembered_or_not() {
+        // 12 hosts (more than are remembered), IPv4 and IPv6, in a repeating pattern.
+        let raws: Vec<Vec<u8>> = (0..12u8)
+            .map(|k| if k % 3 == 0 { [&[0xfd, 0][..], &[0; 13], &[k, 0, 0, 0x82, 0x35]].concat() } else { vec![10, 1, 0, k, 0, 0, 0xcb, k] })
+            .collect();
+        let mut hosts = Hosts::default();
+        let mut want = Binary::default();
+        for step in 0..200usize {
+            let raw = &raws[(step * 7 + step / 13) % if step < 100 { 3 } else { 12 }];
+            hosts.push(raw);
+            let mut text = String::new();
+            format_host(raw, &mut text);
+            want.push(text.as_bytes());
+        }
+        assert_eq!((hosts.out.offsets, hosts.out.data), (want.offsets, want.data));
     }
 
     #[test]
