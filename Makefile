@@ -73,6 +73,7 @@ bench: setup $(PEER_STAMP)
 	$(BIN)/python benchmarks/bench_ingest.py --format rocketmq-commitlog
 	$(BIN)/python benchmarks/bench_stream.py
 	$(BIN)/python benchmarks/bench_replay.py
+	$(BIN)/python benchmarks/bench_semantics_lag.py
 	$(BIN)/python benchmarks/bench_history.py
 	$(BIN)/python benchmarks/bench_trace.py
 	$(BIN)/python benchmarks/bench_sql.py
