@@ -23,14 +23,14 @@ Starts from an empty lake (no pending backlog). Writes benchmarks/results/semant
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import threading
 import time
 from pathlib import Path
 
-from results_file import write  # benchmarks/ is on sys.path when a script in it runs
+from bench_stream import log_commits, quantile  # benchmarks/ is on sys.path when a script in it runs
+from results_file import write
 
 REPO = Path(__file__).resolve().parent.parent
 TOPICS = ("orders", "audit")
@@ -52,18 +52,8 @@ def settings_for(root: Path, ttl_ms: int):
 
 
 def file_commit_times(table: Path) -> dict[str, float]:
-    """Data file name -> commit time (s) of the Delta version that added it, from the log."""
-    out = {}
-    for f in sorted((table / "_delta_log").glob("*.json")):
-        added, ts = [], None
-        for line in f.read_text().splitlines():
-            action = json.loads(line)
-            if "add" in action:
-                added.append(action["add"]["path"].rsplit("/", 1)[-1])
-            if "commitInfo" in action:
-                ts = action["commitInfo"]["timestamp"] / 1000.0
-        out.update({name: ts for name in added})
-    return out
+    """Data file name -> commit time (s) of the Delta version that added it."""
+    return {name: ts for _, ts, added in log_commits(str(table)) for name in added}
 
 
 def wait_for_data(table: Path, timeout: float = 300.0) -> None:
@@ -142,11 +132,10 @@ def measure(spark, root: Path, settings, rate: int, seconds: int) -> dict:
     by_event: dict[str, int] = {}
     for r in rows:
         by_event[r.event] = by_event.get(r.event, 0) + 1
-    pick = lambda q: lags[min(len(lags) - 1, int(q * len(lags)))]  # noqa: E731
     during = sorted(set(commits.values()))
     gaps = sorted(b - a for a, b in zip(during, during[1:]))
     return {"rate_per_s": rate, "seconds": seconds, "messages": total, "trigger": "1 second", "lateness_s": 0,
-            "counted_changes": len(lags), "by_event": by_event, "lag_p50_s": pick(0.50), "lag_p95_s": pick(0.95),
+            "counted_changes": len(lags), "by_event": by_event, "lag_p50_s": quantile(lags, 0.50), "lag_p95_s": quantile(lags, 0.95),
             "lag_max_s": lags[-1], "ingest_batches": runs["ingest"].batches,
             "semantics_batches": runs["semantics"].batches, "pending_after": runs["semantics"].pending,
             "semantics_commit_interval_median_s": gaps[len(gaps) // 2] if gaps else None}

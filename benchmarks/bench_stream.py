@@ -25,21 +25,33 @@ from results_file import write  # benchmarks/ is on sys.path when a script in it
 REPO = Path(__file__).resolve().parent.parent
 
 
-def commit_times(table_path: str) -> dict[int, float]:
-    """ingestBatchId (the txn version) -> commit time in seconds, from the Delta log."""
-    out = {}
-    log = Path(table_path, "_delta_log")
-    for f in sorted(log.glob("*.json")):
-        txn = ts = None
+def log_commits(table_path: str) -> list[tuple[int | None, float, list[str]]]:
+    """Each commit of a Delta table, from its log: (txn version or None, commit time in seconds,
+    names of the data files it added)."""
+    out = []
+    for f in sorted(Path(table_path, "_delta_log").glob("*.json")):
+        txn, ts, added = None, None, []
         for line in f.read_text().splitlines():
             action = json.loads(line)
             if "txn" in action:
                 txn = action["txn"]["version"]
+            if "add" in action:
+                added.append(action["add"]["path"].rsplit("/", 1)[-1])
             if "commitInfo" in action:
                 ts = action["commitInfo"]["timestamp"] / 1000.0
-        if txn is not None and ts is not None:
-            out[txn] = ts
+        if ts is not None:
+            out.append((txn, ts, added))
     return out
+
+
+def commit_times(table_path: str) -> dict[int, float]:
+    """ingestBatchId (the txn version) -> commit time in seconds, from the Delta log."""
+    return {txn: ts for txn, ts, _ in log_commits(table_path) if txn is not None}
+
+
+def quantile(ordered: list[float], q: float) -> float:
+    """The value at quantile ``q`` of an ascending, non-empty list (nearest rank below)."""
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def settings_for(lake: Path, data: Path, **ingest):
@@ -110,13 +122,12 @@ def freshness(spark, rate: int, seconds: int) -> dict:
     rows = (spark.read.format("delta").load(str(table)).where("partition > 0")
             .selectExpr("ingestBatchId", "unix_micros(storeTimestamp) / 1e6 AS appended").collect())
     lags = sorted(commits[r.ingestBatchId] - r.appended for r in rows)
-    pick = lambda q: lags[min(len(lags) - 1, int(q * len(lags)))]  # noqa: E731
     # A batch of a few hundred messages costs more than the 1 s trigger, so batches run back to
     # back: the time between two commits is what one micro-batch costs, almost all of it fixed.
     during = sorted(t for b, t in commits.items() if b in {r.ingestBatchId for r in rows})
     gaps = sorted(b - a for a, b in zip(during, during[1:]))
     return {"rate_per_s": rate, "seconds": seconds, "messages": len(lags), "trigger": "1 second",
-            "freshness_p50_s": pick(0.50), "freshness_p95_s": pick(0.95), "freshness_max_s": lags[-1],
+            "freshness_p50_s": quantile(lags, 0.50), "freshness_p95_s": quantile(lags, 0.95), "freshness_max_s": lags[-1],
             "batches": result["summary"].batches, "batch_interval_median_s": gaps[len(gaps) // 2] if gaps else None}
 
 
