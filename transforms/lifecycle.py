@@ -173,8 +173,13 @@ def stored_copies(messages: DataFrame, policies: Policies, origins: DataFrame | 
 
     ``origins``: the messages a retry record's origin may be among (:func:`message_keys`).
     """
-    m = conform(messages).where(~F.coalesce(F.col("systemCopy"), F.lit(False)) & F.col("retryOf").isNull())
+    m = conform(messages).where(is_own_copy())
     return message_keys(m, origins).select(*copy_columns(policies))
+
+
+def is_own_copy() -> Column:
+    """Whether a (conformed) stored record is a message's own copy: no broker-internal copy, no producer retry."""
+    return ~F.coalesce(F.col("systemCopy"), F.lit(False)) & F.col("retryOf").isNull()
 
 
 def link(rows: DataFrame) -> DataFrame:

@@ -49,11 +49,13 @@ from msglake.transforms.lifecycle import (
     DEFAULT_MAX_HOPS,
     ORIGIN_ID,
     ROW,
+    conform,
     conform_events,
     copy_states,
     coupled,
     event_key,
     is_lineage_topic,
+    is_own_copy,
     link,
     offset_consumption,
     state_events,
@@ -143,14 +145,19 @@ def _origins(s: Stream, batch: DataFrame) -> DataFrame | None:
 def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     """One micro-batch: see the module docstring."""
     spark, policies = s.spark, policy_dicts(s.settings.policies)
-    arrivals = {r["topic"]: (r["since"], r["newest"]) for r in batch.groupBy("topic").agg(
-        F.unix_micros(F.min("storeTimestamp")).alias("since"),
-        F.unix_micros(F.max("storeTimestamp")).alias("newest")).collect()}
     pending = (spark.read.format("delta").load(s.pending_path)
                if os.path.isdir(os.path.join(s.pending_path, "_delta_log")) else None)
     marks = [] if pending is None else pending.where(F.col("kind") != COPY).select(
         "kind", "topic", F.unix_micros("storeTimestamp").alias("us")).collect()
     w_prev = next((m["us"] for m in marks if m["kind"] == MARK), None)
+    # The batch's arrivals per topic and its late messages (own copies stored by the last
+    # watermark: what stored_copies keeps), in one job.
+    store = F.col("storeTimestamp")
+    late = F.lit(0) if w_prev is None else F.count_if(is_own_copy() & (store <= F.lit(_ts(w_prev))))
+    seen = conform(batch).groupBy("topic").agg(F.unix_micros(F.min(store)).alias("since"),
+                                                F.unix_micros(F.max(store)).alias("newest"),
+                                                late.alias("late")).collect()
+    arrivals = {r["topic"]: (r["since"], r["newest"]) for r in seen}
     topics = {m["topic"]: m["us"] for m in marks if m["kind"] == TOPIC}
     for topic, (since, _) in arrivals.items():
         topics[topic] = min(since, topics.get(topic, since))
@@ -160,15 +167,13 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     if w is None or w == w_prev and not arrivals:
         return
     t, t_prev = _ts(w), _ts(w_prev)
-    store = F.col("storeTimestamp")
+    s.summary.late += sum(r["late"] for r in seen)
 
     new = stored_copies(batch, policies, origins=_origins(s, batch)).select(
         *[c for c in ROW if c not in ("nextRowId", "nextTopic", "nextStore", "offsetConsumedAt")])
     new = new.select("*", *[F.lit(None).cast(k).alias(c) for c, k in (
         ("offsetConsumedAt", "timestamp"), ("nextRowId", "string"), ("nextTopic", "string"),
         ("nextStore", "timestamp"))]).select(*ROW).persist()
-    if w_prev is not None:
-        s.summary.late += new.where(store <= _ts(w_prev)).count()
     copies = None if pending is None else pending.where(F.col("kind") == COPY).select(*ROW, "dueAt")
     events = s.table(CONSUMER_EVENTS_TABLE.name)
     events = None if events is None else conform_events(events).withColumn("_id", event_key())

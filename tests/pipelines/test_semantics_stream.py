@@ -247,3 +247,27 @@ def _stream_equals_replay(spark, lake, scenarios, cuts, lateness_ms) -> set:
     assert got == want, _explain(got, want, scenarios, cuts, lateness_ms)
     assert copies(spark.read.format("delta").load(path("dead_letters")), w_us) == copies(replay.dead_letters, w_us)
     return {(e[3], e[7]) for e in want}
+
+
+def test_messages_stored_by_a_passed_watermark_are_counted_late(spark, tmp_path):
+    """A message that arrives after the watermark passed its store time is evaluated and counted
+    late; a broker-internal copy or a producer retry that does so is neither."""
+    settings = make_settings(tmp_path / "lake")
+    path = settings.lake.table_path
+    from msglake.pipelines.io.catalog import ensure_table
+    from msglake.schemas.semantics import DEAD_LETTERS_TABLE, MESSAGE_EVENTS_TABLE
+    tables = {spec.name: ensure_table(spark, settings, spec) for spec in (MESSAGE_EVENTS_TABLE, DEAD_LETTERS_TABLE)}
+    stream = Stream(spark, settings, dt.timedelta(0), 6, tables, SemanticsSummary())
+    schema = RAW + ", systemCopy boolean, retryOf struct<partition:int,segment:string,segmentPosition:bigint>"
+
+    def row(position, store_ms, system=False, retry=None):
+        return ("a", 0, "s", position, f"m{position}", f"u{position}", position, at(store_ms), None, 0, {}, 5,
+                system, retry)
+
+    batches = [[row(1, 10), row(2, 20)],  # the watermark moves to 20 ms
+               [row(3, 30), row(4, 15), row(5, 15, system=True), row(6, 12, retry=(0, "s", 1))]]
+    for batch_id, batch in enumerate(batches):
+        rows = spark.createDataFrame(batch, schema)
+        rows.write.format("delta").mode("append").option("mergeSchema", "true").save(path("messages"))
+        step(stream, rows, batch_id)
+    assert (stream.summary.batches, stream.summary.late, stream.summary.watermark) == (2, 1, at(30))
