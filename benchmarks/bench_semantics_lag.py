@@ -29,7 +29,8 @@ import threading
 import time
 from pathlib import Path
 
-from bench_stream import log_commits, quantile  # benchmarks/ is on sys.path when a script in it runs
+from bench_stream import append_at_rate, log_commits, quantile  # benchmarks/ is on sys.path when a script in it runs
+from bench_stream import settings_for as stream_settings
 from results_file import write
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,11 +43,10 @@ CATCH_UP_S = 300.0
 
 
 def settings_for(root: Path, ttl_ms: int):
+    """bench_stream's settings (lake and nsqd data path under ``root``) with the orders policy."""
     from msglake.pipelines import settings as S
 
-    doc = S.from_dict(S.default_document()).model_dump()
-    doc["lake"]["root"] = str(root / "lake")
-    doc["sources"] = [{"name": "lag", "format": "nsq-ext", "path": str(root / "nsq")}]
+    doc = stream_settings(root / "lake", root / "nsq").model_dump()
     doc["policies"] = {"orders": {"messageTtlMs": ttl_ms, "deadLetterTopic": "orders.dlq"}}
     return S.from_dict(doc, "benchmark settings")
 
@@ -72,15 +72,7 @@ def write_messages(root: Path, rate: int, seconds: int) -> tuple[float, float, i
     writers = [NsqQueueWriter(str(root / "nsq"), t, p, first_message_id=10) for t in TOPICS for p in (0, 1)]
     total = rate * seconds
     started = time.time()
-    t0 = time.monotonic()
-    for i in range(total):
-        writers[i % len(writers)].put(b"lag-%d-" % i + b"x" * 200, header={"##trace_id": str(i + 1)})
-        if i % max(rate // 10, 1) == 0:  # nsqd flushes about every 100 ms here
-            for w in writers:
-                w.flush()
-        time.sleep(max(0.0, t0 + (i + 1) / rate - time.monotonic()))
-    for w in writers:
-        w.close()
+    append_at_rate(writers, rate, total, b"lag", 200)
     return started, time.time(), total
 
 

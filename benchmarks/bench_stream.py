@@ -54,6 +54,21 @@ def quantile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def append_at_rate(writers: list, rate: int, total: int, name: bytes, pad: int) -> None:
+    """Append ``total`` messages, ``rate`` a second, round-robin over ``writers`` (NsqQueueWriter),
+    flushing about every 100 ms as nsqd does; then close the writers. Message i's body is
+    ``<name>-<i>-`` and ``pad`` bytes, its trace id i + 1."""
+    started = time.monotonic()
+    for i in range(total):
+        writers[i % len(writers)].put(b"%s-%d-" % (name, i) + b"x" * pad, header={"##trace_id": str(i + 1)})
+        if i % max(rate // 10, 1) == 0:
+            for w in writers:
+                w.flush()
+        time.sleep(max(0.0, started + (i + 1) / rate - time.monotonic()))
+    for w in writers:
+        w.close()
+
+
 def settings_for(lake: Path, data: Path, **ingest):
     from msglake.pipelines import settings as S
 
@@ -104,16 +119,7 @@ def freshness(spark, rate: int, seconds: int) -> dict:
         time.sleep(0.2)
     writers = [NsqQueueWriter(str(data), "fresh", p, first_message_id=10) for p in (1, 2)]
     total = rate * seconds
-    started = time.monotonic()
-    for i in range(total):
-        writers[i % 2].put(b"fresh-%d-" % i + b"x" * 300, header={"##trace_id": str(i + 1)})
-        due = started + (i + 1) / rate
-        if i % max(rate // 10, 1) == 0:  # nsqd flushes about every 100 ms here
-            for w in writers:
-                w.flush()
-        time.sleep(max(0.0, due - time.monotonic()))
-    for w in writers:
-        w.close()
+    append_at_rate(writers, rate, total, b"fresh", 300)
     while spark.read.format("delta").load(str(table)).where("topic = 'fresh' AND partition > 0").count() < total:
         time.sleep(0.5)
     stop.set()
@@ -127,7 +133,8 @@ def freshness(spark, rate: int, seconds: int) -> dict:
     during = sorted(t for b, t in commits.items() if b in {r.ingestBatchId for r in rows})
     gaps = sorted(b - a for a, b in zip(during, during[1:]))
     return {"rate_per_s": rate, "seconds": seconds, "messages": len(lags), "trigger": "1 second",
-            "freshness_p50_s": quantile(lags, 0.50), "freshness_p95_s": quantile(lags, 0.95), "freshness_max_s": lags[-1],
+            "freshness_p50_s": quantile(lags, 0.50), "freshness_p95_s": quantile(lags, 0.95),
+            "freshness_max_s": lags[-1],
             "batches": result["summary"].batches, "batch_interval_median_s": gaps[len(gaps) // 2] if gaps else None}
 
 
