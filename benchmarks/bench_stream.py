@@ -26,27 +26,28 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def log_commits(table_path: str) -> list[tuple[int | None, float, list[str]]]:
-    """Each commit of a Delta table, from its log: (txn version or None, commit time in seconds,
-    names of the data files it added)."""
+    """Each commit of a Delta table, from its log: (the micro-batch id it wrote, from its
+    ``userMetadata`` "<app id>:<batch id>", or None; commit time in seconds; names of the data
+    files it added)."""
     out = []
     for f in sorted(Path(table_path, "_delta_log").glob("*.json")):
-        txn, ts, added = None, None, []
+        batch, ts, added = None, None, []
         for line in f.read_text().splitlines():
             action = json.loads(line)
-            if "txn" in action:
-                txn = action["txn"]["version"]
             if "add" in action:
                 added.append(action["add"]["path"].rsplit("/", 1)[-1])
             if "commitInfo" in action:
                 ts = action["commitInfo"]["timestamp"] / 1000.0
+                tail = (action["commitInfo"].get("userMetadata") or "").rpartition(":")[2]
+                batch = int(tail) if tail.isdigit() else None
         if ts is not None:
-            out.append((txn, ts, added))
+            out.append((batch, ts, added))
     return out
 
 
 def commit_times(table_path: str) -> dict[int, float]:
-    """ingestBatchId (the txn version) -> commit time in seconds, from the Delta log."""
-    return {txn: ts for txn, ts, _ in log_commits(table_path) if txn is not None}
+    """ingestBatchId -> commit time in seconds, from the Delta log."""
+    return {batch: ts for batch, ts, _ in log_commits(table_path) if batch is not None}
 
 
 def quantile(ordered: list[float], q: float) -> float:

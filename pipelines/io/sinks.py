@@ -1,8 +1,8 @@
 """Idempotent Delta writes of decoded micro-batches: ``messages`` and ``quarantine``.
 
-Each micro-batch is written with Delta's ``txnAppId``/``txnVersion``: a batch that Spark
-replays after a crash (written to Delta, checkpoint not yet committed) is skipped by Delta
-itself, table by table, so no row is ever written twice.
+Each micro-batch is written once per table (:class:`msglake.pipelines.io.once.OnceWriter`): a
+batch that Spark replays after a crash (written to Delta, checkpoint not yet committed) is
+skipped, table by table, so no row is ever written twice.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame, functions as F
 import pyarrow as pa
 
 from msglake.errors import QualityRuleFailed
+from msglake.pipelines.io.once import OnceWriter
 from msglake.quality import rules as R
 from msglake.schemas import MESSAGES_TABLE, QUARANTINE_TABLE
 from msglake.schemas.messages import DECODED_SCHEMA, DEDUP, DERIVED
@@ -125,7 +126,7 @@ class DeltaSink:
     Parameters
     ----------
     app_id : str
-        Stable id of the writing job (one per source), Delta's ``txnAppId``.
+        Stable id of the writing job (one per source and checkpoint): its commits are known by it.
     messages_path, quarantine_path : str
         Table locations.
     dedup_watermark_seconds : int
@@ -138,12 +139,15 @@ class DeltaSink:
     raw_reader : callable, optional
         ``msglake.pipelines.io.source.raw_record_reader`` of the source: needed to quarantine rows that a
         quarantine-level rule holds (without it such a batch fails rather than lose the bytes).
+    checkpoint : str, optional
+        The query's checkpoint, which bounds the search for a replayed batch's commit (``OnceWriter``).
     """
 
     def __init__(self, app_id: str, messages_path: str, quarantine_path: str, counts: RunCounts | None = None,
                  dedup_watermark_seconds: int = 0, rules: R.RuleContext | None = None,
-                 levels: dict[str, str] | None = None, raw_reader=None):
+                 levels: dict[str, str] | None = None, raw_reader=None, checkpoint: str | None = None):
         self.app_id = app_id
+        self.writer = OnceWriter(app_id, checkpoint)
         self.paths = {MESSAGES_TABLE.name: messages_path, QUARANTINE_TABLE.name: quarantine_path}
         self.counts = counts if counts is not None else RunCounts()
         self.watermark = dedup_watermark_seconds
@@ -151,40 +155,9 @@ class DeltaSink:
         self.levels = R.active(levels or {})
         self.raw_reader = raw_reader
 
-    def _append(self, df: DataFrame, table: str, batch_id: int) -> None:
-        (
-            df.write.format("delta")
-            .mode("append")
-            .option("txnAppId", self.app_id)
-            .option("txnVersion", batch_id)
-            .option("userMetadata", f"{self.app_id}:{batch_id}")
-            .save(self.paths[table])
-        )
-
-    def _rows_written(self, spark, table: str, batch_id: int, after: int | None = None) -> int | None:
-        """Rows our commit of ``batch_id`` wrote to ``table``, None when there is no such commit
-        (Delta skipped a replay): among the last 20 commits, or those after version ``after``."""
-        from delta.tables import DeltaTable
-
-        log = DeltaTable.forPath(spark, self.paths[table])
-        if after is None:
-            commits = log.history(20)
-        else:
-            newer = self._version(spark, table) - after
-            if newer <= 0:
-                return None
-            commits = log.history(newer).where(F.col("version") > after)
-        found = (
-            commits.where(F.col("userMetadata") == f"{self.app_id}:{batch_id}")
-            .select(F.col("operationMetrics")["numOutputRows"].alias("rows"))
-            .collect()
-        )
-        return int(found[0]["rows"] or 0) if found else None
-
-    def _version(self, spark, table: str) -> int:
-        from delta.tables import DeltaTable
-
-        return int(DeltaTable.forPath(spark, self.paths[table]).history(1).select("version").first()[0])
+    def _append(self, df: DataFrame, table: str, batch_id: int) -> bool:
+        """Append the batch's rows to ``table``; False when the batch was committed there before."""
+        return self.writer.write(df, self.paths[table], batch_id)
 
     def _first_pass(self, df: DataFrame, batch_id: int) -> tuple[dict, DataFrame]:
         """One decode of the batch before anything is written: its metrics (observed on the way)
@@ -278,13 +251,16 @@ class DeltaSink:
         retries = self._retries(keys, row["since"]) if keys is not None else None
         messages, quarantine = split_batch(df, batch_id, retries, self._reader_for(counts))
         if counts.messages:
-            self._append(messages, MESSAGES_TABLE.name, batch_id)
-            written = self._rows_written(df.sparkSession, MESSAGES_TABLE.name, batch_id)
-            if written is not None and written < counts.messages:
-                # A segment vanished between the passes (retention): the write decoded loss
-                # rows instead of its messages, so the quarantine write must run to keep them.
-                counts.messages = written
-                counts.quarantined = max(counts.quarantined, 1)
+            from pyspark.sql import Observation
+
+            wrote = Observation(f"msglake-written-{batch_id}")
+            if self._append(messages.observe(wrote, F.count(F.lit(1)).alias("rows")), MESSAGES_TABLE.name, batch_id):
+                written = wrote.get["rows"]
+                if written < counts.messages:
+                    # A segment vanished between the passes (retention): the write decoded loss
+                    # rows instead of its messages, so the quarantine write must run to keep them.
+                    counts.messages = written
+                    counts.quarantined = max(counts.quarantined, 1)
         if counts.quarantined:
             self._append(quarantine, QUARANTINE_TABLE.name, batch_id)
         self.counts.add(counts)
@@ -302,16 +278,13 @@ class DeltaSink:
         """
         from pyspark.sql import Observation
 
-        spark = df.sparkSession
-        before = self._version(spark, MESSAGES_TABLE.name)
         seen = Observation(f"msglake-batch-{batch_id}")
         messages, _ = split_batch(df.observe(seen, *self._metrics()), batch_id)
-        self._append(messages, MESSAGES_TABLE.name, batch_id)
-        if self._rows_written(spark, MESSAGES_TABLE.name, batch_id, after=before) is not None:
+        if self._append(messages, MESSAGES_TABLE.name, batch_id):
             self._fill(counts, seen.get)
         else:
-            # Delta skipped the write (this batch was committed before a crash, the checkpoint
-            # not): the plan never ran, so nothing was observed. Count the batch on its own.
+            # The batch was committed before a crash, the checkpoint not: the plan never ran,
+            # so nothing was observed. Count the batch on its own.
             self._fill(counts, self._count(df))
         if counts.quarantined:
             _, quarantine = split_batch(df, batch_id, raw_reader=self._reader_for(counts))

@@ -217,8 +217,9 @@ def run(
 class _LazySink:
     """Builds the Delta sink on the first batch, once Spark has written the checkpoint's query id.
 
-    The id goes into ``txnAppId``: a new checkpoint (new query id) must not inherit the
-    transaction versions of an old one, or Delta would skip its first batches as replays.
+    The id marks the sink's commits (:class:`msglake.pipelines.io.once.OnceWriter`): a new checkpoint
+    (new query id) must not inherit the batch ids of an old one, or its first batches would be
+    skipped as replays.
     """
 
     def __init__(self, source: str, checkpoint: str, tables: dict[str, str], counts: RunCounts, watermark: int,
@@ -234,7 +235,7 @@ class _LazySink:
         if self._sink is None:
             app_id = f"msglake-ingest:{self.source}:{cp.query_id(self.checkpoint)}"
             self._sink = DeltaSink(app_id, self.tables[MESSAGES_TABLE.name], self.tables[QUARANTINE_TABLE.name],
-                                   self.counts, self.watermark, **self.quality)
+                                   self.counts, self.watermark, checkpoint=self.checkpoint, **self.quality)
         try:
             batch = self._sink(df, batch_id)
         except QualityRuleFailed as e:

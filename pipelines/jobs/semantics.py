@@ -15,8 +15,8 @@ It appends the state changes after the last watermark to ``message_events`` and 
 this batch dead-lettered to ``dead_letters`` (``asOf`` null), and rewrites the pending set:
 the copies live at ``W`` with when they are next due, the messages stored after ``W``, the
 topics' first arrivals and ``W`` itself, a Delta table next to the checkpoint
-(``<lake>/_checkpoints/semantics-pending``). Every write carries the batch id as Delta's
-``txnVersion``: a batch run again after a crash writes nothing twice.
+(``<lake>/_checkpoints/semantics-pending``). Every write is made once per batch id
+(:class:`msglake.pipelines.io.once.OnceWriter`): a batch run again after a crash writes nothing twice.
 
 Why this equals a replay: a copy that left its topic by the last watermark cannot change
 again, and in a coupled partition the copies live at the last watermark are exactly its
@@ -40,6 +40,7 @@ from pyspark.sql import DataFrame, SparkSession, functions as F
 
 from msglake.pipelines.io import checkpoint as cp
 from msglake.pipelines.io.catalog import ensure_table
+from msglake.pipelines.io.once import OnceWriter
 from msglake.pipelines.jobs.evaluate import evaluate_copies
 from msglake.pipelines.jobs.running import wait_or_stop
 from msglake.pipelines.settings import Settings, policy_dicts
@@ -105,11 +106,20 @@ class Stream:
     max_hops: int
     tables: dict[str, str]
     summary: SemanticsSummary
+    #: Marks the run's commits (the checkpoint's query id is part of it), with ``checkpoint``.
     app_id: str = "msglake-semantics"
+    checkpoint: str | None = None
+    writers: dict[str, OnceWriter] = field(default_factory=dict, repr=False)
 
     @property
     def pending_path(self) -> str:
         return self.settings.lake.checkpoint_path(PENDING)
+
+    def writer(self, suffix: str = "") -> OnceWriter:
+        """Writes a batch's tables once each: ``"-pending"`` the pending set, ``""`` the logs."""
+        if suffix not in self.writers:
+            self.writers[suffix] = OnceWriter(self.app_id + suffix, self.checkpoint)
+        return self.writers[suffix]
 
     def table(self, name: str) -> DataFrame | None:
         path = self.settings.lake.table_path(name)
@@ -237,7 +247,7 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
             .withColumn("deadLetterTopic", F.lit(None).cast("string")))
     logged, dead = logged.persist(), dead.persist()
     for spec, rows in ((MESSAGE_EVENTS_TABLE, logged), (DEAD_LETTERS_TABLE, dead)):
-        _write(rows.select(*spec.schema.names), s.tables[spec.name], "append", s.app_id, batch_id)
+        s.writer().write(rows.select(*spec.schema.names), s.tables[spec.name], batch_id)
 
     live = result.fated.where(F.col("state").isin("scheduled", "ready")).select(*ROW, "dueAt")
     later = new.where(store > t).withColumn("dueAt", store)
@@ -249,7 +259,7 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     meta = spark.createDataFrame([(TOPIC, k, _ts(v)) for k, v in sorted(topics.items())] + [(MARK, None, t)],
                                  "kind string, topic string, storeTimestamp timestamp")
     state = keep.unionByName(meta, allowMissingColumns=True).orderBy(F.col("dueAt").asc_nulls_last())
-    _write(state, s.pending_path, "overwrite", s.app_id + "-pending", batch_id)
+    s.writer("-pending").write(state, s.pending_path, batch_id, "overwrite", overwriteSchema="true")
 
     s.summary.batches += 1
     s.summary.events += logged.count()
@@ -259,11 +269,6 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     for df in (new, logged, dead, keep, marked):
         if df is not None:
             df.unpersist()
-
-
-def _write(df: DataFrame, path: str, mode: str, app_id: str, batch_id: int) -> None:
-    (df.write.format("delta").mode(mode).option("txnAppId", app_id).option("txnVersion", batch_id)
-     .option("overwriteSchema", "true" if mode == "overwrite" else "false").save(path))
 
 
 def run(spark, settings: Settings, *, available_now: bool = True, interval: str = "5 seconds",
@@ -279,7 +284,8 @@ def run(spark, settings: Settings, *, available_now: bool = True, interval: str 
     started = time.monotonic()
 
     def batch(df: DataFrame, batch_id: int) -> None:
-        stream.app_id = f"msglake-semantics:{cp.query_id(checkpoint)}"
+        if stream.checkpoint is None:  # the query id is in the checkpoint once the query has started
+            stream.app_id, stream.checkpoint = f"msglake-semantics:{cp.query_id(checkpoint)}", checkpoint
         step(stream, df, batch_id)
 
     writer = (

@@ -143,11 +143,15 @@ def test_a_replayed_batch_is_not_written_twice(spark, tmp_path, counted):
         sink = DeltaSink("test-app", paths["messages"], paths["quarantine"], dedup_watermark_seconds=600)
     assert sink._needs_count_pass() == (counted == "before writing")
     sink(df, 0)
-    sink(df, 0)  # Spark replays batch 0 after a crash between the Delta commit and the checkpoint
+    sink(df, 0)  # asked twice in one run
+    # Spark replays batch 0 after a crash between the Delta commit and the checkpoint: a new sink.
+    restarted = DeltaSink("test-app", paths["messages"], paths["quarantine"], raw_reader=sink.raw_reader,
+                          dedup_watermark_seconds=sink.watermark)
+    restarted(df, 0)
     messages = spark.read.format("delta").load(paths["messages"])
     assert messages.count() == df.where("reason IS NULL").count()
     assert spark.read.format("delta").load(paths["quarantine"]).count() == df.where("reason IS NOT NULL").count()
-    assert [b.messages for b in sink.counts.batches] == [messages.count()] * 2
+    assert [b.messages for b in sink.counts.batches + restarted.counts.batches] == [messages.count()] * 3
 
 
 def test_batch_read_equals_the_codec_output(spark, tmp_path):
