@@ -102,3 +102,12 @@ class OnceWriter:
         except FileNotFoundError:
             return None
 
+
+def log_version(path: str) -> int | None:
+    """The newest version in a Delta table's log on a local file system (None: no log there)."""
+    try:
+        names = os.listdir(os.path.join(path, "_delta_log"))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    versions = [int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()]
+    return max(versions, default=None)

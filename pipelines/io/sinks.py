@@ -14,13 +14,14 @@ from pyspark.sql import DataFrame, functions as F
 import pyarrow as pa
 
 from msglake.errors import QualityRuleFailed
-from msglake.pipelines.io.once import OnceWriter
+from msglake.pipelines.io.first_copies import FirstCopies
+from msglake.pipelines.io.once import OnceWriter, log_version
 from msglake.quality import rules as R
 from msglake.schemas import MESSAGES_TABLE, QUARANTINE_TABLE
 from msglake.schemas.messages import DECODED_SCHEMA, DEDUP, DERIVED
 from msglake.schemas.quarantine import QUARANTINE_DETAIL, QUARANTINE_LOCATION
 from msglake.schemas.spark import to_spark
-from msglake.transforms.dedup import find_retries, mark_retries, retry_keys
+from msglake.transforms.dedup import RETRY_LOCATION, find_retries, mark_retries, retry_keys
 
 
 @dataclass
@@ -148,6 +149,7 @@ class DeltaSink:
                  levels: dict[str, str] | None = None, raw_reader=None, checkpoint: str | None = None):
         self.app_id = app_id
         self.writer = OnceWriter(app_id, checkpoint)
+        self.firsts = FirstCopies(messages_path, dedup_watermark_seconds)
         self.paths = {MESSAGES_TABLE.name: messages_path, QUARANTINE_TABLE.name: quarantine_path}
         self.counts = counts if counts is not None else RunCounts()
         self.watermark = dedup_watermark_seconds
@@ -170,20 +172,11 @@ class DeltaSink:
         return seen.get, keys
 
     def _retries(self, keys: DataFrame, since) -> DataFrame:
-        """The batch's producer retries (a plan, run within the messages write): its keys against
-        themselves and the first copies already in the table within the watermark before the
-        batch's first store time (none when the batch holds no message)."""
-        earlier = self._earlier(keys.sparkSession, since) if since is not None else keys.limit(0)
-        return find_retries(keys, earlier, self.watermark)
-
-    def _earlier(self, spark, since) -> DataFrame:
-        """First copies already in ``messages`` that a retry in this batch could repeat."""
-        return (
-            spark.read.format("delta").load(self.paths[MESSAGES_TABLE.name])
-            .where(F.col("storeTimestamp") >= F.lit(since) - F.make_interval(secs=F.lit(self.watermark)))
-            .where(F.col("dedupKey").isNotNull() & F.col("retryOf").isNull())
-            .select("dedupKey", "storeTimestamp", "partition", "segment", "segmentPosition")
-        )
+        """The batch's producer retries, kept (a batch holds few): its keys against themselves and
+        the first copies stored within the watermark before the batch's first store time (none
+        when the batch holds no message)."""
+        earlier = self.firsts.earlier(keys.sparkSession, since) if since is not None else keys.limit(0)
+        return find_retries(keys, earlier, self.watermark).localCheckpoint(eager=True)
 
     def checked(self, df: DataFrame) -> DataFrame:
         """``df`` with the ``_checks`` column of this sink's rules (``off`` ones not evaluated)."""
@@ -209,6 +202,7 @@ class DeltaSink:
             rows("quarantined", "held").alias("quarantined"), nbytes("quarantined", "held").alias("quarantined_bytes"),
             nbytes("padding").alias("padding_bytes"),
             F.min(F.when(kind == "decoded", F.col("storeTimestamp"))).alias("since"),
+            F.max(F.when(kind == "decoded", F.col("storeTimestamp"))).alias("newest"),
             *[F.sum(F.when(R.matched(name) & kind.isin(*k), 1).otherwise(0)).alias(f"rule:{name}")
               for name, k in hit_kinds.items()],
         ]
@@ -253,6 +247,8 @@ class DeltaSink:
         if counts.messages:
             from pyspark.sql import Observation
 
+            path = self.paths[MESSAGES_TABLE.name]
+            before = log_version(path)
             wrote = Observation(f"msglake-written-{batch_id}")
             if self._append(messages.observe(wrote, F.count(F.lit(1)).alias("rows")), MESSAGES_TABLE.name, batch_id):
                 written = wrote.get["rows"]
@@ -261,6 +257,10 @@ class DeltaSink:
                     # rows instead of its messages, so the quarantine write must run to keep them.
                     counts.messages = written
                     counts.quarantined = max(counts.quarantined, 1)
+                    before = None  # nor are its keys what the table holds
+                if retries is not None:
+                    firsts = keys.join(retries.select(*RETRY_LOCATION), list(RETRY_LOCATION), "left_anti")
+                    self.firsts.wrote(firsts, row["since"], row["newest"], before, log_version(path))
         if counts.quarantined:
             self._append(quarantine, QUARANTINE_TABLE.name, batch_id)
         self.counts.add(counts)

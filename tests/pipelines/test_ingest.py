@@ -126,6 +126,39 @@ def test_small_trigger_budget_runs_several_bounded_batches_with_the_same_result(
     assert dictionary["sourceFormat"] > 0 and dictionary["storeHost"] > 0
 
 
+def test_retries_of_an_earlier_batch_of_the_same_run_are_marked_from_what_the_sink_kept(spark, tmp_path):
+    from msglake.pipelines.io.catalog import ensure_table
+    from msglake.schemas import LAKE_TABLES
+
+    settings = make_settings(tmp_path / "lake")
+    paths = {spec.name: ensure_table(spark, settings, spec) for spec in LAKE_TABLES}
+    header = {"##trace_id": "4242", "bornHost": "10.9.9.9:5000"}
+    batches = []
+    for batch, (second, bodies) in enumerate([(0, [b"paid", b"shipped"]), (5, [b"paid", b"new"]),
+                                              (9, [b"shipped", b"paid"])]):
+        data = tmp_path / f"nsq{batch}"
+        with NsqQueueWriter(str(data), "orders", batch) as w:
+            put = [w.put(body, header=header, timestamp_ns=BASE_NS + (second + i) * 10**9)
+                   for i, body in enumerate(bodies)]
+        batches.append((spark.read.format("msglake").option("format", "nsq-ext").option("path", str(data)).load(), put))
+    sink = DeltaSink("test-app", paths["messages"], paths["quarantine"], dedup_watermark_seconds=600)
+    for batch, (df, _) in enumerate(batches):
+        sink(df, batch)
+    assert sink.firsts.reads == 1  # batches 1 and 2 decided from the first copies kept since batch 0
+
+    got = table_keys(spark, paths["messages"])
+    [(_, (paid, shipped)), (_, (paid_again, new)), (_, (shipped_again, paid_third))] = batches
+
+    def retry_of(partition, record):
+        r = got[("orders", partition, record.segment, record.position)].retryOf
+        return tuple(r) if r else None
+
+    first_paid, first_shipped = (0, paid.segment, paid.position), (0, shipped.segment, shipped.position)
+    assert [retry_of(0, paid), retry_of(0, shipped), retry_of(1, new)] == [None, None, None]
+    assert [retry_of(1, paid_again), retry_of(2, shipped_again), retry_of(2, paid_third)] == [
+        first_paid, first_shipped, first_paid]
+
+
 @pytest.mark.parametrize("counted", ["while writing", "before writing"])
 def test_a_replayed_batch_is_not_written_twice(spark, tmp_path, counted):
     data = tmp_path / "nsq"

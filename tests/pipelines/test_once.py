@@ -1,10 +1,17 @@
-"""Writes made once per micro-batch (OnceWriter)."""
+"""Writes made once per micro-batch (OnceWriter), and the first copies the ingest sink keeps
+between its batches (FirstCopies) against what the table holds."""
 from __future__ import annotations
 
+import datetime as dt
 import os
 import time
 
-from msglake.pipelines.io.once import OnceWriter
+from pyspark.sql import functions as F
+
+from msglake.pipelines.io.first_copies import MAX_PIECES, FirstCopies
+from msglake.pipelines.io.once import OnceWriter, log_version
+
+T0 = dt.datetime(2026, 1, 1)
 
 
 def rows(spark, *ids):
@@ -55,3 +62,48 @@ def test_the_history_search_stops_at_commits_older_than_the_batch(spark, tmp_pat
     os.utime(offsets, (later, later))
     assert OnceWriter("app", str(checkpoint)).last_committed(spark, path, 6) == -1
 
+
+def _message(key, second, position):
+    return (key, T0 + dt.timedelta(seconds=second), 0, "seg", position, None)
+
+
+SCHEMA = ("dedupKey string, storeTimestamp timestamp, partition int, segment string, segmentPosition bigint, "
+          "retryOf struct<partition:int,segment:string,segmentPosition:bigint>")
+
+
+def _window(spark, path, since, watermark):
+    return sorted(tuple(r) for r in spark.read.format("delta").load(path)
+                  .where(F.col("storeTimestamp") >= F.lit(since - dt.timedelta(seconds=watermark)))
+                  .where("dedupKey IS NOT NULL AND retryOf IS NULL")
+                  .select("dedupKey", "storeTimestamp", "partition", "segment", "segmentPosition").collect())
+
+
+def test_first_copies_kept_between_batches_equal_the_tables_window(spark, tmp_path):
+    path, watermark = str(tmp_path / "messages"), 30
+    spark.createDataFrame([_message("old", 0, 0)], SCHEMA).write.format("delta").save(path)
+    firsts = FirstCopies(path, watermark)
+    for batch in range(MAX_PIECES + 6):  # enough batches to merge the pieces and drop old ones
+        second = 10 + batch * 5
+        since = T0 + dt.timedelta(seconds=second)
+        earlier = sorted(tuple(r) for r in firsts.earlier(spark, since).collect())
+        assert earlier == _window(spark, path, since, watermark), batch
+        new = spark.createDataFrame([_message(f"k{batch}", second, batch + 1), _message(None, second, 100 + batch)],
+                                    SCHEMA)
+        before = log_version(path)
+        new.write.format("delta").mode("append").save(path)
+        keys = new.where("dedupKey IS NOT NULL").drop("retryOf").localCheckpoint()
+        firsts.wrote(keys, since, since, before, log_version(path))
+    assert firsts.reads == 1  # only the first batch read the table
+    assert len(firsts.pieces) <= MAX_PIECES
+
+    # Another writer's commit: the next batch reads the table and sees its row.
+    spark.createDataFrame([_message("theirs", 200, 999)], SCHEMA).write.format("delta").mode("append").save(path)
+    since = T0 + dt.timedelta(seconds=205)
+    assert ("theirs", T0 + dt.timedelta(seconds=200), 0, "seg", 999) in {tuple(r) for r in
+                                                                          firsts.earlier(spark, since).collect()}
+    assert sorted(tuple(r) for r in firsts.earlier(spark, since).collect()) == _window(spark, path, since, watermark)
+    assert firsts.reads == 2
+    # A batch whose window starts before what is kept: the table again.
+    since = T0 + dt.timedelta(seconds=12)
+    assert sorted(tuple(r) for r in firsts.earlier(spark, since).collect()) == _window(spark, path, since, watermark)
+    assert firsts.reads == 3
