@@ -62,8 +62,9 @@ class OnceWriter:
         if first:
             writer = writer.option("txnAppId", self.app_id).option("txnVersion", batch_id)
         writer.save(path)
-        if first and self.last_committed(df.sparkSession, path, batch_id) != batch_id:
-            # Delta skipped it: its log records this app at this batch or later.
+        if first and known < 0 and self.last_committed(df.sparkSession, path, batch_id) != batch_id:
+            # Delta skipped it: its log records this app at this batch or later. (With a commit
+            # of the app found, Delta's record is at most that commit's batch: it cannot skip.)
             self._last[path] = batch_id
             return False
         self._last[path] = batch_id
