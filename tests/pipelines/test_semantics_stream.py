@@ -63,7 +63,6 @@ def test_stream_log_equals_a_replay_at_its_watermark(spark, tmp_path):
     assert len(want_events) > 1000 and got_events == want_events
     assert copies(dead, w_us) == copies(replay.dead_letters, w_us) != []
     assert all(h >= 1 for h in (r.hop for r in dead.select("hop").collect()))
-    assert (summary.events, summary.dead_letters) == (log.count(), dead.count())
 
     # A second run has nothing new to do: nothing logged twice.
     before = (log.count(), dead.count())
