@@ -24,6 +24,12 @@ COLUMNS = ("dedupKey", "storeTimestamp", "partition", "segment", "segmentPositio
 MAX_PIECES = 8
 
 
+def _utc(t: dt.datetime) -> dt.datetime:
+    """An instant to reckon with: Spark hands timestamps to Python as naive local times, whose
+    arithmetic would be an hour off across a daylight-saving change."""
+    return t.astimezone(dt.timezone.utc)
+
+
 class FirstCopies:
     """First copies (a ``dedupKey`` and no ``retryOf``) of the ``messages`` table at ``path``."""
 
@@ -40,7 +46,7 @@ class FirstCopies:
 
     def earlier(self, spark: SparkSession, since: dt.datetime) -> DataFrame:
         """First copies stored from ``since`` minus the watermark on (a batch's first store time)."""
-        start = since - self.watermark
+        start = _utc(since) - self.watermark
         usable = self.version is not None and self.version == log_version(self.path) and start >= self.low
         if not usable:
             # The version first: a commit that lands during the read makes the next write see
@@ -51,7 +57,8 @@ class FirstCopies:
                     .where(F.col("storeTimestamp") >= F.lit(start))
                     .where(F.col("dedupKey").isNotNull() & F.col("retryOf").isNull())
                     .select(*COLUMNS).localCheckpoint(eager=True))
-            newest = read.agg(F.max("storeTimestamp")).first()[0] or start
+            newest = read.agg(F.max("storeTimestamp")).first()[0]
+            newest = start if newest is None else _utc(newest)
             self.pieces, self.low = [(newest, read)], start
         rows = self.pieces[0][1]
         for _, piece in self.pieces[1:]:
@@ -66,7 +73,7 @@ class FirstCopies:
             self.pieces, self.version = [], None
             return
         self.version = after
-        start = since - self.watermark
+        start, newest = _utc(since) - self.watermark, _utc(newest)
         kept = [(n, p) for n, p in self.pieces if n >= start]
         dropped = [n for n, _ in self.pieces if n < start]
         if dropped:  # what they held is older than what is left complete

@@ -10,20 +10,22 @@ asks the table once per run whether the batch was committed already, and then kn
 
 - every commit carries ``userMetadata`` ``"<app id>:<batch id>"``, and the run's first write
   to a table looks for the newest such commit of its app in the table's history (newest
-  first, stopping at commits older than the batch's offsets file in the checkpoint, which
-  Spark writes before the batch runs: an earlier commit cannot be this batch's);
-- that first write also passes Delta's ``txnAppId``/``txnVersion``, so a table whose history
-  shows no commit of the app but whose Delta log records its transaction (a lake written by
-  an older msglake) is still judged by Delta, and the write records the app's version.
+  first, stopping at commits older than the time Spark planned the batch, which its offsets
+  file in the checkpoint records: an earlier commit cannot be this batch's);
+- that first write also passes Delta's ``txnAppId``/``txnVersion``, so a table whose Delta log
+  records the app's transaction at this batch or later (a lake written by an older msglake,
+  without ``userMetadata``) is still judged by Delta; whether Delta skipped the write is read
+  from the log's version, which a skipped write leaves where it was.
 """
 from __future__ import annotations
 
+import json
 import os
 
 from pyspark.sql import DataFrame, SparkSession, functions as F
 
-#: Commits are compared by the file system's clock (their log file's time) with the offsets
-#: file's: a margin for two clocks, were the checkpoint and the lake on different stores.
+#: Commit times (their log file's time, the file system's clock) are compared with the time the
+#: driver planned the batch: a margin for two clocks.
 CLOCK_MARGIN_SECONDS = 600
 
 
@@ -36,8 +38,8 @@ class OnceWriter:
         Stable id of the writing query, the same across its restarts (the checkpoint's query id
         is part of it): commits are found by it.
     checkpoint : str, optional
-        The query's checkpoint: its ``offsets/<batch id>`` file bounds the history search. Without
-        it the search reads back to the app's newest commit or the table's first.
+        The query's checkpoint: the batch time in its ``offsets/<batch id>`` file bounds the history
+        search. Without it the search reads back to the app's newest commit or the table's first.
     """
 
     def __init__(self, app_id: str, checkpoint: str | None = None):
@@ -59,16 +61,20 @@ class OnceWriter:
         writer = df.write.format("delta").mode(mode).option("userMetadata", f"{self.app_id}:{batch_id}")
         for key, value in options.items():
             writer = writer.option(key, value)
-        if first:
-            writer = writer.option("txnAppId", self.app_id).option("txnVersion", batch_id)
-        writer.save(path)
-        if first and known < 0 and self.last_committed(df.sparkSession, path, batch_id) != batch_id:
-            # Delta skipped it: its log records this app at this batch or later. (With a commit
-            # of the app found, Delta's record is at most that commit's batch: it cannot skip.)
+        if not first:  # a later batch of this run: new for sure
+            writer.save(path)
             self._last[path] = batch_id
-            return False
+            return True
+        before = log_version(path)
+        writer.option("txnAppId", self.app_id).option("txnVersion", batch_id).save(path)
+        after = log_version(path)
         self._last[path] = batch_id
-        return True
+        if before is not None and after == before:
+            return False  # Delta skipped it: its log records this app at this batch or later
+        if before is not None and after == before + 1:
+            return True
+        # Not a local log, or another writer committed meanwhile: ask the history.
+        return self.last_committed(df.sparkSession, path, batch_id) == batch_id
 
     def last_committed(self, spark: SparkSession, path: str, batch_id: int) -> int:
         """The newest batch id of this app among the table's commits that could hold ``batch_id``
@@ -95,13 +101,18 @@ class OnceWriter:
         return -1
 
     def _not_before(self, batch_id: int) -> float | None:
-        """Seconds since the epoch before which no commit can be batch ``batch_id``'s."""
+        """Seconds since the epoch before which no commit can be batch ``batch_id``'s: when Spark
+        planned it (``batchTimestampMs`` in its offsets file, which a copy of the checkpoint keeps,
+        unlike the file's own time), less the margin. None when the checkpoint does not say."""
         if self.checkpoint is None:
             return None
         try:
-            return os.stat(os.path.join(self.checkpoint, "offsets", str(batch_id))).st_mtime - CLOCK_MARGIN_SECONDS
-        except FileNotFoundError:
+            with open(os.path.join(self.checkpoint, "offsets", str(batch_id))) as f:
+                f.readline()  # the log's version line
+                planned = json.loads(f.readline())["batchTimestampMs"] / 1000
+        except (OSError, ValueError, KeyError, TypeError):
             return None
+        return planned - CLOCK_MARGIN_SECONDS
 
 
 def log_version(path: str) -> int | None:

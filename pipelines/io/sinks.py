@@ -273,7 +273,7 @@ class DeltaSink:
     def _write_observed(self, df: DataFrame, batch_id: int, counts: BatchCounts) -> BatchCounts:
         """One pass: the messages write counts the batch as it goes.
 
-        The messages write runs even when the batch turns out to hold no message (an empty
+        The messages write runs even when the batch turns out to hold no message (at most an empty
         commit): whether it does is only known from the write itself.
         """
         from pyspark.sql import Observation

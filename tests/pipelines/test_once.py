@@ -55,11 +55,17 @@ def test_the_history_search_stops_at_commits_older_than_the_batch(spark, tmp_pat
     for i in range(20):  # more commits than the search's first page, by another writer
         rows(spark, 100 + i).write.format("delta").mode("append").save(path)
     offsets = checkpoint / "offsets" / "6"
-    offsets.write_text("v1\n")
+
+    def planned_at(seconds):  # what Spark writes: a version line, then the batch's metadata
+        offsets.write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":%d,"conf":{}}\n{}\n' % (seconds * 1000))
+
+    planned_at(time.time())
+    assert OnceWriter("app", str(checkpoint)).last_committed(spark, path, 6) == 5
+    # The file's own time does not count (a copied checkpoint has new ones): the time inside does.
+    os.utime(offsets, (time.time() + 3600,) * 2)
     assert OnceWriter("app", str(checkpoint)).last_committed(spark, path, 6) == 5
     # Batch 6 planned long after every commit: none of them can be its own.
-    later = time.time() + 3600
-    os.utime(offsets, (later, later))
+    planned_at(time.time() + 3600)
     assert OnceWriter("app", str(checkpoint)).last_committed(spark, path, 6) == -1
 
 
@@ -79,31 +85,39 @@ def _window(spark, path, since, watermark):
 
 
 def test_first_copies_kept_between_batches_equal_the_tables_window(spark, tmp_path):
-    path, watermark = str(tmp_path / "messages"), 30
+    path, watermark = str(tmp_path / "messages"), 60
     spark.createDataFrame([_message("old", 0, 0)], SCHEMA).write.format("delta").save(path)
     firsts = FirstCopies(path, watermark)
-    for batch in range(MAX_PIECES + 6):  # enough batches to merge the pieces and drop old ones
-        second = 10 + batch * 5
+
+    def check(second):
         since = T0 + dt.timedelta(seconds=second)
-        earlier = sorted(tuple(r) for r in firsts.earlier(spark, since).collect())
-        assert earlier == _window(spark, path, since, watermark), batch
+        assert sorted(tuple(r) for r in firsts.earlier(spark, since).collect()) == _window(spark, path, since, watermark)
+        return since
+
+    most = 0
+    for batch in range(20):  # a window of 12 batches: the pieces pass MAX_PIECES, are merged, then dropped
+        second = 10 + batch * 5
+        since = check(second)
         new = spark.createDataFrame([_message(f"k{batch}", second, batch + 1), _message(None, second, 100 + batch)],
                                     SCHEMA)
         before = log_version(path)
         new.write.format("delta").mode("append").save(path)
         keys = new.where("dedupKey IS NOT NULL").drop("retryOf").localCheckpoint()
         firsts.wrote(keys, since, since, before, log_version(path))
-    assert firsts.reads == 1  # only the first batch read the table
-    assert len(firsts.pieces) <= MAX_PIECES
+        most = max(most, len(firsts.pieces))
+    assert firsts.reads == 1 and most == MAX_PIECES  # only the first batch read the table; merged once full
+    # The kept copies are complete from ``low`` on: a window starting there uses them, one
+    # starting a second earlier reads the table.
+    low = (firsts.low - T0.astimezone(dt.timezone.utc)).total_seconds() + watermark
+    assert low > 10
+    check(low)
+    assert firsts.reads == 1
+    check(low - 1)
+    assert firsts.reads == 2
 
     # Another writer's commit: the next batch reads the table and sees its row.
     spark.createDataFrame([_message("theirs", 200, 999)], SCHEMA).write.format("delta").mode("append").save(path)
-    since = T0 + dt.timedelta(seconds=205)
+    since = check(205)
     assert ("theirs", T0 + dt.timedelta(seconds=200), 0, "seg", 999) in {tuple(r) for r in
                                                                           firsts.earlier(spark, since).collect()}
-    assert sorted(tuple(r) for r in firsts.earlier(spark, since).collect()) == _window(spark, path, since, watermark)
-    assert firsts.reads == 2
-    # A batch whose window starts before what is kept: the table again.
-    since = T0 + dt.timedelta(seconds=12)
-    assert sorted(tuple(r) for r in firsts.earlier(spark, since).collect()) == _window(spark, path, since, watermark)
     assert firsts.reads == 3

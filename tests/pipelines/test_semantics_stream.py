@@ -271,3 +271,16 @@ def test_messages_stored_by_a_passed_watermark_are_counted_late(spark, tmp_path)
         rows.write.format("delta").mode("append").option("mergeSchema", "true").save(path("messages"))
         step(stream, rows, batch_id)
     assert (stream.summary.batches, stream.summary.late, stream.summary.watermark) == (2, 1, at(30))
+
+    # Spark runs batch 1 again after a crash before its checkpoint commit: a restarted stream
+    # (new writers, which find the batch's commits) adds nothing to its tables. (Batch 1 made no
+    # dead letters, and an empty append makes no commit: the redone one may, with no rows.)
+    from msglake.pipelines.io.once import log_version
+
+    def state():
+        return ([spark.read.format("delta").load(path(t)).count() for t in ("message_events", "dead_letters")],
+                log_version(stream.pending_path))
+
+    before = state()
+    step(Stream(spark, settings, dt.timedelta(0), 6, tables, SemanticsSummary()), rows, 1)
+    assert state() == before and before[0][0] > 0
