@@ -14,12 +14,15 @@ from what it read.
 from __future__ import annotations
 
 import datetime as dt
+from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession, functions as F
 
 from msglake.pipelines.io.once import log_version
+from msglake.transforms.dedup import RETRY_LOCATION
 
-COLUMNS = ("dedupKey", "storeTimestamp", "partition", "segment", "segmentPosition")
+#: What ``transforms.dedup.retry_keys`` keeps of a row.
+COLUMNS = ("dedupKey", "storeTimestamp", *RETRY_LOCATION)
 #: More pieces than this are merged into one (a union of many plans costs planning time).
 MAX_PIECES = 8
 
@@ -60,10 +63,10 @@ class FirstCopies:
             newest = read.agg(F.max("storeTimestamp")).first()[0]
             newest = start if newest is None else _utc(newest)
             self.pieces, self.low = [(newest, read)], start
-        rows = self.pieces[0][1]
-        for _, piece in self.pieces[1:]:
-            rows = rows.unionByName(piece)
-        return rows.where(F.col("storeTimestamp") >= F.lit(start))
+        return self._rows().where(F.col("storeTimestamp") >= F.lit(start))
+
+    def _rows(self) -> DataFrame:
+        return reduce(DataFrame.unionByName, [piece for _, piece in self.pieces])
 
     def wrote(self, firsts: DataFrame, since: dt.datetime, newest: dt.datetime, before: int | None,
               after: int | None) -> None:
@@ -78,13 +81,9 @@ class FirstCopies:
         dropped = [n for n, _ in self.pieces if n < start]
         if dropped:  # what they held is older than what is left complete
             self.low = max(self.low, max(dropped) + dt.timedelta(microseconds=1))
-        kept.append((newest, firsts))
-        if len(kept) > MAX_PIECES:
+        self.pieces = kept + [(newest, firsts)]
+        if len(self.pieces) > MAX_PIECES:
             # Rows before this batch's window go too: a later batch that needs them reads the table.
             self.low = max(self.low, start)
-            rows = kept[0][1]
-            for _, piece in kept[1:]:
-                rows = rows.unionByName(piece)
-            kept = [(max(n for n, _ in kept), rows.where(F.col("storeTimestamp") >= F.lit(self.low))
-                     .localCheckpoint(eager=True))]
-        self.pieces = kept
+            merged = self._rows().where(F.col("storeTimestamp") >= F.lit(self.low)).localCheckpoint(eager=True)
+            self.pieces = [(max(n for n, _ in self.pieces), merged)]
