@@ -145,6 +145,10 @@ def build_session(settings: Settings, app_name: str | None = None, master: str |
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         # base64() without a line break every 76 characters (JSON output, raw bytes in reports).
         "spark.sql.chunkBase64String.enabled": "false",
+        # Off: with it, every pyspark function call (F.col, select, ...) costs about 10 more JVM round
+        # trips to record its Python call site for error contexts, which msglake does not show; a
+        # micro-batch's plans make thousands of such calls (measured: 13 round trips -> 1-3 per F.col).
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
         # The stage progress bar fills non-terminal logs with thousands of lines; msglake has its own.
         "spark.ui.showConsoleProgress": "false",
         **{f"spark.hadoop.parquet.enable.dictionary#{c}": "false" for c in UNIQUE_VALUED_COLUMNS},
