@@ -47,11 +47,13 @@ def _first(df: DataFrame) -> Column:
     return F.struct(F.col("storeTimestamp").alias("ts"), *[F.col(c) for c in RETRY_LOCATION])
 
 
-def retry_keys(batch: DataFrame) -> DataFrame:
+def retry_keys(batch: DataFrame, key: Column | None = None) -> DataFrame:
     """What deciding retries needs of a batch of message rows: ``dedupKey``, ``storeTimestamp``
     and the location, for the rows that have a key. Narrow, so a caller can keep it (checkpoint)
-    and decide without decoding the batch again."""
-    return (batch.select(dedup_key().alias("dedupKey"), "storeTimestamp", *RETRY_LOCATION)
+    and decide without decoding the batch again. ``key``: a :func:`dedup_key` made before (a
+    caller that plans many batches makes it once; each made costs JVM round trips)."""
+    key = dedup_key() if key is None else key
+    return (batch.select(key.alias("dedupKey"), "storeTimestamp", *RETRY_LOCATION)
             .where(F.col("dedupKey").isNotNull()))
 
 
@@ -87,11 +89,12 @@ def find_retries(keys: DataFrame, earlier: DataFrame, watermark_seconds: int) ->
     )
 
 
-def mark_retries(batch: DataFrame, retries: DataFrame) -> DataFrame:
+def mark_retries(batch: DataFrame, retries: DataFrame, key: Column | None = None) -> DataFrame:
     """Add ``dedupKey`` and ``retryOf`` to a batch of message rows, given its retries
     (:func:`find_retries`). They are joined by broadcast: a batch holds few (a producer resends
-    only what timed out), and even a batch of nothing else is bounded by the trigger's budget."""
-    keyed = batch.withColumn("dedupKey", dedup_key())
+    only what timed out), and even a batch of nothing else is bounded by the trigger's budget.
+    ``key``: as for :func:`retry_keys`."""
+    keyed = batch.withColumn("dedupKey", dedup_key() if key is None else key)
     return keyed.join(F.broadcast(retries), on=list(RETRY_LOCATION), how="left")
 
 

@@ -15,7 +15,7 @@ from msglake.formats.nsq_ext import NsqExtCodec
 from msglake.samples.nsq import BASE_NS, generate
 from msglake.samples.nsq_writer import NsqQueueWriter
 from msglake.pipelines.jobs.ingest import ingest
-from msglake.pipelines.io.sinks import DeltaSink
+from msglake.pipelines.io.sinks import SMALL_BATCH, DeltaSink
 from msglake.pipelines.io.source import raw_record_reader
 from msglake.schemas.source import SOURCE_SCHEMA
 from msglake.schemas.spark import to_spark
@@ -126,7 +126,10 @@ def test_small_trigger_budget_runs_several_bounded_batches_with_the_same_result(
     assert dictionary["sourceFormat"] > 0 and dictionary["storeHost"] > 0
 
 
-def test_retries_of_an_earlier_batch_of_the_same_run_are_marked_from_what_the_sink_kept(spark, tmp_path):
+# A streaming trigger's small batch has its retries decided by a plan of its own (keys broadcast,
+# one task); a larger one by the general plan. Both must mark the same rows.
+@pytest.mark.parametrize("small_batch", [SMALL_BATCH, 0], ids=["small-batch plan", "general plan"])
+def test_retries_of_an_earlier_batch_of_the_same_run_are_marked_from_what_the_sink_kept(spark, tmp_path, small_batch):
     from msglake.pipelines.io.catalog import ensure_table
     from msglake.schemas import LAKE_TABLES
 
@@ -141,7 +144,8 @@ def test_retries_of_an_earlier_batch_of_the_same_run_are_marked_from_what_the_si
             put = [w.put(body, header=header, timestamp_ns=BASE_NS + (second + i) * 10**9)
                    for i, body in enumerate(bodies)]
         batches.append((spark.read.format("msglake").option("format", "nsq-ext").option("path", str(data)).load(), put))
-    sink = DeltaSink("test-app", paths["messages"], paths["quarantine"], dedup_watermark_seconds=600)
+    sink = DeltaSink("test-app", paths["messages"], paths["quarantine"], dedup_watermark_seconds=600,
+                     small_batch=small_batch)
     for batch, (df, _) in enumerate(batches):
         sink(df, batch)
     assert sink.firsts.reads == 1  # batches 1 and 2 decided from the first copies kept since batch 0
