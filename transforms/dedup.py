@@ -100,6 +100,6 @@ def mark_retries(batch: DataFrame, retries: DataFrame, key: Column | None = None
 
 def mark_producer_retries(batch: DataFrame, earlier: DataFrame, watermark_seconds: int) -> DataFrame:
     """Add ``dedupKey`` and ``retryOf`` to a batch of message rows, in one plan (the ingest sink
-    runs the same steps with the batch's keys checkpointed in between). Parameters: as
+    reaches the same result with the batch's keys checkpointed in between). Parameters: as
     :func:`find_retries`, ``batch`` being the new message rows (no ``dedupKey``/``retryOf`` yet)."""
     return mark_retries(batch, find_retries(retry_keys(batch), earlier, watermark_seconds))

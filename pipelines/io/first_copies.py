@@ -81,11 +81,13 @@ class FirstCopies:
         dropped = [n for n, _ in self.pieces if n < start]
         if dropped:  # what they held is older than what is left complete
             self.low = max(self.low, max(dropped) + dt.timedelta(microseconds=1))
-        # Kept as rows, not as the plan that made them: a plan with a join would be planned (its
-        # small side broadcast: a Spark job) again by every batch that reads the pieces.
-        self.pieces = kept + [(newest, firsts.localCheckpoint(eager=True))]
+        self.pieces = kept + [(newest, firsts)]
         if len(self.pieces) > MAX_PIECES:
             # Rows before this batch's window go too: a later batch that needs them reads the table.
             self.low = max(self.low, start)
             merged = self._rows().where(F.col("storeTimestamp") >= F.lit(self.low)).localCheckpoint(eager=True)
             self.pieces = [(max(n for n, _ in self.pieces), merged)]
+        else:
+            # Kept as rows, not as the plan that made them: a plan with a join would be planned
+            # (its small side broadcast: a Spark job) again by every batch that reads the pieces.
+            self.pieces[-1] = (newest, firsts.localCheckpoint(eager=True))

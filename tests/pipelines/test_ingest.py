@@ -138,7 +138,7 @@ def test_retries_of_an_earlier_batch_of_the_same_run_are_marked_from_what_the_si
     header = {"##trace_id": "4242", "bornHost": "10.9.9.9:5000"}
     batches = []
     for batch, (second, bodies) in enumerate([(0, [b"paid", b"shipped"]), (5, [b"paid", b"new"]),
-                                              (9, [b"shipped", b"paid"])]):
+                                              (9, [b"shipped", b"paid", b"gift", b"gift"])]):
         data = tmp_path / f"nsq{batch}"
         with NsqQueueWriter(str(data), "orders", batch) as w:
             put = [w.put(body, header=header, timestamp_ns=BASE_NS + (second + i) * 10**9)
@@ -151,7 +151,7 @@ def test_retries_of_an_earlier_batch_of_the_same_run_are_marked_from_what_the_si
     assert sink.firsts.reads == 1  # batches 1 and 2 decided from the first copies kept since batch 0
 
     got = table_keys(spark, paths["messages"])
-    [(_, (paid, shipped)), (_, (paid_again, new)), (_, (shipped_again, paid_third))] = batches
+    [(_, (paid, shipped)), (_, (paid_again, new)), (_, (shipped_again, paid_third, gift, gift_again))] = batches
 
     def retry_of(partition, record):
         r = got[("orders", partition, record.segment, record.position)].retryOf
@@ -161,6 +161,8 @@ def test_retries_of_an_earlier_batch_of_the_same_run_are_marked_from_what_the_si
     assert [retry_of(0, paid), retry_of(0, shipped), retry_of(1, new)] == [None, None, None]
     assert [retry_of(1, paid_again), retry_of(2, shipped_again), retry_of(2, paid_third)] == [
         first_paid, first_shipped, first_paid]
+    # A copy and its retry within one batch.
+    assert [retry_of(2, gift), retry_of(2, gift_again)] == [None, (2, gift.segment, gift.position)]
 
 
 @pytest.mark.parametrize("counted", ["while writing", "before writing"])
