@@ -8,7 +8,10 @@ Uses the suite's data sets (bench-data/suite-<format>-<N>/, generated once, no b
 times what a Spark task runs (:func:`bench_ingest.decode_pass`: decode every file chunk by chunk,
 the scan untimed) with ``MSGLAKE_NATIVE=0`` and ``=1``, best of ``--repeat`` passes each, the
 page cache warm and the process pinned to one CPU. Both paths must decode every message. The
-Java peer (:func:`java_peer.run`, pinned to the same CPU) must count the same messages.
+Java peer (:func:`java_peer.run`, pinned to the same CPU) must count the same messages. The peer
+is compared doing the same work both ways: BODYCRC unchecked (its decoder's default) against the
+native core with ``verifyCrc: false``, and checked (msglake's default) against the native core as
+it runs by default.
 Writes benchmarks/results/decode-<timestamp>.json and prints a Markdown table.
 """
 from __future__ import annotations
@@ -25,23 +28,36 @@ from suite import PEER_FORMAT, base_dir
 PATHS = {"python": "0", "native": "1"}
 
 
-def best_pass(fmt: str, data, path: str, repeat: int) -> dict:
-    """The fastest of ``repeat`` decode passes on one path."""
+def best_pass(fmt: str, data, path: str, repeat: int, options: dict | None = None) -> dict:
+    """The fastest of ``repeat`` decode passes on one path, with the codec's ``options``."""
     os.environ["MSGLAKE_NATIVE"] = PATHS[path]  # read by each codec when it is made
-    runs = [decode_pass(fmt, data) for _ in range(repeat)]
+    runs = [decode_pass(fmt, data, options) for _ in range(repeat)]
     n, on_disk, seconds = min(runs, key=lambda r: r[2])
     return {"messages": n, "bytes": on_disk, "seconds": round(seconds, 3), "messagesPerS": n / seconds,
             "mbPerS": on_disk / seconds / 1e6}
 
 
-def peer_lines(fmt: str, data, expected: int, runs: dict) -> list[str]:
-    """RocketMQ's Java decoder on the same files, into ``runs["java"]``; its table rows."""
+def peer_lines(fmt: str, data, expected: int, runs: dict, repeat: int) -> list[str]:
+    """RocketMQ's Java decoder on the same files, BODYCRC checked and not, each next to the native
+    core doing the same (``runs["java"]``, ``runs["javaCrc"]``, ``runs["nativeNoCrc"]``); the table rows."""
     peer = runs["java"] = java_peer.run(data, expected)
     if "skipped" in peer:
         return [f"| {fmt} | java (RocketMQ MessageDecoder) | skipped: {peer['skipped']} | | |"]
+    crc = runs["javaCrc"] = java_peer.run(data, expected, check_crc=True)
+    fast = runs["nativeNoCrc"] = best_pass(fmt, data, "native", repeat, {"verifyCrc": False})
+    assert fast["messages"] == expected, (fmt, fast["messages"], expected)
     runs["nativeOverJava"] = runs["native"]["messagesPerS"] / peer["messagesPerS"]
-    return [f"| {fmt} | java (RocketMQ MessageDecoder) | {peer['messagesPerS']:,.0f} | {peer['mbPerS']:,.1f} | "
-            f"{peer['seconds']} |", f"| {fmt} | native / java | {runs['nativeOverJava']:.2f}x | | |"]
+    runs["nativeOverJavaBothCrc"] = runs["native"]["messagesPerS"] / crc["messagesPerS"]
+    runs["nativeOverJavaNoCrc"] = fast["messagesPerS"] / peer["messagesPerS"]
+
+    def row(name, r):
+        return f"| {fmt} | {name} | {r['messagesPerS']:,.0f} | {r['mbPerS']:,.1f} | {r['seconds']} |"
+
+    return [row("java (RocketMQ MessageDecoder)", peer), row("java, BODYCRC checked", crc),
+            row("native, verifyCrc false", fast),
+            f"| {fmt} | native / java (native checks BODYCRC, java not) | {runs['nativeOverJava']:.2f}x | | |",
+            f"| {fmt} | native / java, both check BODYCRC | {runs['nativeOverJavaBothCrc']:.2f}x | | |",
+            f"| {fmt} | native / java, neither checks BODYCRC | {runs['nativeOverJavaNoCrc']:.2f}x | | |"]
 
 
 def main(argv=None) -> int:
@@ -69,7 +85,7 @@ def main(argv=None) -> int:
         runs["speedup"] = runs["native"]["messagesPerS"] / runs["python"]["messagesPerS"]
         lines.append(f"| {fmt} | native / python | {runs['speedup']:.2f}x | | |")
         if fmt == PEER_FORMAT:
-            lines += peer_lines(fmt, data, expected, runs)
+            lines += peer_lines(fmt, data, expected, runs, args.repeat)
         result["formats"][fmt] = runs
     write("decode", result)
     print("\n".join(lines))

@@ -38,16 +38,17 @@ def ensure_data(fmt: str, data: Path, messages: int, segment_bytes: int | None =
     return int((data / ".complete").read_text())
 
 
-def decode_pass(fmt: str, data: Path) -> tuple[int, int, float]:
+def decode_pass(fmt: str, data: Path, options: dict | None = None) -> tuple[int, int, float]:
     """The codec as a Spark task runs it: decode every file chunk by chunk, keeping nothing but
     counts (holding every row in memory would measure the allocator instead). The scan before it
     is the driver's planning, done once per trigger (and only over new bytes after the first),
     so it is not timed: for a live CommitLog it walks the whole file to find its end.
+    ``options``: the codec's (default: its defaults).
 
     Returns (messages decoded, segment bytes that hold data, seconds)."""
     from msglake.formats.registry import get_codec
 
-    codec = get_codec(fmt)
+    codec = get_codec(fmt, options)
     segments = codec.scan(str(data)).segments
     t = time.monotonic()
     n_decoded = on_disk = 0

@@ -93,13 +93,14 @@ def commitlog_files(data: Path) -> list[Path]:
     return [data / seg.path for seg in get_codec(FORMAT).scan(str(data)).segments]
 
 
-def harness(files: list[Path], work: int) -> dict:
+def harness(files: list[Path], work: int, check_crc: bool = False) -> dict:
     """One run of the harness on ``files``, pinned to this process's first CPU: its JSON line.
-    ``-XX:ActiveProcessorCount=1`` sizes the JVM (GC, JIT threads) for the one core it gets."""
+    ``-XX:ActiveProcessorCount=1`` sizes the JVM (GC, JIT threads) for the one core it gets.
+    ``check_crc``: the decoder checks each body's BODYCRC, as msglake does by default."""
     cpu = min(os.sched_getaffinity(0))
     cmd = ["taskset", "-c", str(cpu), "java", "-XX:ActiveProcessorCount=1", "-cp",
            f"{TARGET / 'classes'}:{TARGET / 'lib'}/*", MAIN_CLASS, "--messages", str(work),
-           *map(str, files)]
+           *(["--check-crc"] if check_crc else []), *map(str, files)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"the Java peer failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -118,15 +119,16 @@ def check_real_files() -> None:
             raise RuntimeError(f"{store}: the Java peer decoded {peer} messages, msglake {ours}")
 
 
-def run(data: Path, expected: int, *, work: int = WORK_MESSAGES) -> dict:
+def run(data: Path, expected: int, *, work: int = WORK_MESSAGES, check_crc: bool = False) -> dict:
     """RocketMQ's ``MessageDecoder`` over the CommitLog files under ``data``: the fastest timed
-    pass, after untimed ones (``work`` messages each way, see :data:`WORK_MESSAGES`). Its message
-    count must be ``expected`` (msglake's), or this raises. Without the peer: ``{"skipped": why}``."""
+    pass, after untimed ones (``work`` messages each way, see :data:`WORK_MESSAGES`), BODYCRC
+    checked when ``check_crc``. Its message count must be ``expected`` (msglake's), or this
+    raises. Without the peer: ``{"skipped": why}``."""
     why = ready()
     if why:
         return {"skipped": why}
     check_real_files()
-    out = harness(commitlog_files(data), work)
+    out = harness(commitlog_files(data), work, check_crc)
     if out["messages"] != expected:
         raise RuntimeError(f"{data}: the Java peer decoded {out['messages']:,} messages, msglake {expected:,}")
     return out

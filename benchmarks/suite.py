@@ -216,12 +216,17 @@ def decode(fmt: str, data: Path, expected: int) -> dict:
 
 def peer_decode(data: Path, expected: int, ours: dict) -> dict:
     """RocketMQ's own decoder on the same files (:func:`java_peer.run`), with msglake's msg/s
-    (``ours``, :func:`decode`) over the peer's; ``{"skipped": why}`` without the peer."""
+    (``ours``, :func:`decode`) over the peer's; ``{"skipped": why}`` without the peer. The peer runs
+    as its decoder does by default (BODYCRC not checked) and, as ``checkedCrc``, checking BODYCRC
+    as msglake does by default (so doing the same work)."""
     peer = java_peer.run(data, expected)
     if "skipped" not in peer:
+        crc = peer["checkedCrc"] = java_peer.run(data, expected, check_crc=True)
         peer["msglakeOverPeer"] = ours["messagesPerS"] / peer["messagesPerS"]
-        log(f"  RocketMQ MessageDecoder (Java): {peer['messagesPerS']:,.0f} msg/s; msglake / Java "
-            f"{peer['msglakeOverPeer']:.2f}x")
+        crc["msglakeOverPeer"] = ours["messagesPerS"] / crc["messagesPerS"]
+        log(f"  RocketMQ MessageDecoder (Java): {peer['messagesPerS']:,.0f} msg/s, {crc['messagesPerS']:,.0f} "
+            f"checking BODYCRC; msglake (checking it) / Java {peer['msglakeOverPeer']:.2f}x, "
+            f"/ Java checking it {crc['msglakeOverPeer']:.2f}x")
     return peer
 
 

@@ -15,11 +15,14 @@ import org.apache.rocketmq.common.sysflag.MessageSysFlag;
  * RocketMQ's own {@link MessageDecoder} over CommitLog files: the peer that benchmarks/suite.py and
  * bench_decode.py time next to msglake's decode, on the same files.
  *
- * <pre>java -cp 'target/classes:target/lib/*' msglake.bench.PeerDecode [--messages N] FILE...</pre>
+ * <pre>java -cp 'target/classes:target/lib/*' msglake.bench.PeerDecode [--messages N] [--check-crc] FILE...</pre>
  *
  * Each file is mapped once and walked as the broker's recovery walks it
  * ({@code CommitLog.checkMessageAndReturnSize}): a record is decoded with
- * {@code MessageDecoder.decode(buf, readBody=true, deCompressBody=false, isClient=false)};
+ * {@code MessageDecoder.decode(buf, readBody=true, deCompressBody=false, isClient=false,
+ * isSetPropertiesString=false, checkCRC)}, {@code checkCRC} false (the decoder's default) unless
+ * {@code --check-crc} is given: msglake checks BODYCRC unless its {@code verifyCrc} is off, so the two
+ * are compared doing the same work, both ways;
  * {@code BLANK_MAGIC_CODE} (the end-of-file record) or a zero TOTALSIZE and MAGIC (the unwritten tail
  * of a pre-sized file) ends the file. Anything else that does not decode is an error, not an end:
  * the decoder itself only returns null, so a damaged file would otherwise pass as a short one.
@@ -38,18 +41,23 @@ public final class PeerDecode {
         long records, messages, bytes, sink;
     }
 
+    /** Whether BODYCRC is checked ({@code --check-crc}). */
+    private static boolean checkCrc;
+
     public static void main(String[] args) throws IOException {
         long work = 2_000_000;
         List<ByteBuffer> files = new ArrayList<>();
         for (int i = 0; i < args.length; i++) {
             if (args[i].equals("--messages")) {
                 work = Long.parseLong(args[++i]);
+            } else if (args[i].equals("--check-crc")) {
+                checkCrc = true;
             } else {
                 files.add(map(Path.of(args[i])));
             }
         }
         if (files.isEmpty()) {
-            throw new IllegalArgumentException("usage: PeerDecode [--messages N] FILE...");
+            throw new IllegalArgumentException("usage: PeerDecode [--messages N] [--check-crc] FILE...");
         }
         Pass first = decodeAll(files);
         if (first.messages == 0) {
@@ -68,8 +76,9 @@ public final class PeerDecode {
         }
         double seconds = best / 1e9;
         System.out.printf("{\"records\": %d, \"messages\": %d, \"bytes\": %d, \"seconds\": %.9f, "
-                + "\"messagesPerS\": %.1f, \"warmupPasses\": %d, \"passes\": %d, \"sink\": %d}%n", first.records,
-            first.messages, first.bytes, seconds, first.messages / seconds, warmup, passes, first.sink);
+                + "\"messagesPerS\": %.1f, \"warmupPasses\": %d, \"passes\": %d, \"sink\": %d, \"checkCrc\": %b}%n",
+            first.records, first.messages, first.bytes, seconds, first.messages / seconds, warmup, passes, first.sink,
+            checkCrc);
     }
 
     /** The whole file, mapped read-only (a CommitLog file is at most 1 GiB by default, under 2 GiB by type). */
@@ -97,7 +106,7 @@ public final class PeerDecode {
             if (magic == MessageDecoder.BLANK_MAGIC_CODE || (size == 0 && magic == 0)) {
                 return;
             }
-            MessageExt m = MessageDecoder.decode(buf, true, false, false);
+            MessageExt m = MessageDecoder.decode(buf, true, false, false, false, checkCrc);
             if (m == null || buf.position() != at + size) {
                 throw new IllegalStateException("no whole record at position " + at + " (TOTALSIZE " + size
                     + ", MAGIC " + Integer.toHexString(magic) + ")");
