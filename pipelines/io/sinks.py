@@ -261,7 +261,7 @@ class DeltaSink:
         earlier = self.firsts.earlier(keys.sparkSession, since) if since is not None else keys.limit(0)
         if messages <= self.small_batch:
             earlier = earlier.join(F.broadcast(keys.select("dedupKey")), "dedupKey", "left_semi")
-            if messages <= min(self.small_batch, ONE_TASK_BATCH):
+            if messages <= ONE_TASK_BATCH:
                 earlier, keys = earlier.repartition(1), keys.coalesce(1)
         return find_retries(keys, earlier, self.watermark).localCheckpoint(eager=True)
 
