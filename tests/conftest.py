@@ -49,6 +49,11 @@ def spark(tmp_path_factory):
     from msglake.pipelines.session import build_session
 
     settings = make_settings(tmp_path_factory.mktemp("lake"))
+    # One session runs the whole suite, so its driver (local mode: the executor too) holds what
+    # every test left cached, checkpointed or broadcast until the JVM collects it. With the
+    # settings' 2g it ran out in 1 of 3 clean-clone runs (2026-11-26: GC-bound semantics-stream
+    # tests 5-10x slower, then "Not enough memory to build and broadcast"); this machine has 24 GiB.
+    settings.spark.conf["spark.driver.memory"] = "4g"
     session = build_session(settings, app_name="msglake-tests")
     yield session
     session.stop()
