@@ -1,13 +1,16 @@
 """Streaming figures: sustained ingest of a backlog, and freshness in continuous mode.
 
     .venv/bin/python benchmarks/bench_stream.py [--backlog 2000000] [--rate 300] [--seconds 40]
+        [--topics 1 --partitions 2] [--warmup 10]
 
 1. Backlog: ``--backlog`` messages (bodies 100-1000 B) ingested with the available-now job,
-   in micro-batches bounded by ``maxBytesPerTrigger``: messages/s and MB/s.
+   in micro-batches bounded by ``maxBytesPerTrigger``: messages/s and MB/s (0: skipped).
 2. Freshness: the streaming job runs with a 1-second trigger while a writer appends
-   ``--rate`` messages/s for ``--seconds`` seconds, flushing the writer meta every 100 ms as
-   nsqd does; per message, freshness = commit time of the Delta version that holds its row -
-   its append time (``storeTimestamp``). Reports p50/p95/max.
+   ``--rate`` messages/s for ``--warmup`` + ``--seconds`` seconds, round-robin over ``--topics`` x
+   ``--partitions`` queues (issue 19's spread case: 500 x 2), flushing the writer meta of the
+   queues it wrote every 100 ms as nsqd does; per message, freshness = commit time of the
+   Delta version that holds its row - its append time (``storeTimestamp``), for the messages
+   appended after the warm-up. Reports p50/p95/max.
 Writes benchmarks/results/stream-<timestamp>.json.
 """
 from __future__ import annotations
@@ -59,12 +62,17 @@ def append_at_rate(writers: list, rate: int, total: int, name: bytes, pad: int) 
     """Append ``total`` messages, ``rate`` a second, round-robin over ``writers`` (NsqQueueWriter),
     flushing about every 100 ms as nsqd does; then close the writers. Message i's body is
     ``<name>-<i>-`` and ``pad`` bytes, its trace id i + 1."""
-    started = time.monotonic()
+    started, dirty = time.monotonic(), set()
     for i in range(total):
-        writers[i % len(writers)].put(b"%s-%d-" % (name, i) + b"x" * pad, header={"##trace_id": str(i + 1)})
+        w = writers[i % len(writers)]
+        w.put(b"%s-%d-" % (name, i) + b"x" * pad, header={"##trace_id": str(i + 1)})
+        dirty.add(w)
         if i % max(rate // 10, 1) == 0:
-            for w in writers:
+            # Only the queues written since the last flush: nsqd syncs a queue that has new data,
+            # and a thousand idle queues flushed every 100 ms would slow this writer down.
+            for w in dirty:
                 w.flush()
+            dirty.clear()
         time.sleep(max(0.0, started + (i + 1) / rate - time.monotonic()))
     for w in writers:
         w.close()
@@ -99,7 +107,15 @@ def backlog(spark, messages: int) -> dict:
             "messages_per_s": expected / summary.seconds, "mb_per_s": mb / summary.seconds}
 
 
-def freshness(spark, rate: int, seconds: int) -> dict:
+def queue_names(topics: int, partitions: int) -> list[tuple[str, int]]:
+    """The (topic, partition) queues of a freshness run: ``fresh`` 1..partitions for one topic
+    (partition 0 holds the warm-up message), else ``fresh-000``... 0..partitions-1."""
+    if topics == 1:
+        return [("fresh", p) for p in range(1, partitions + 1)]
+    return [(f"fresh-{t:03d}", p) for t in range(topics) for p in range(partitions)]
+
+
+def freshness(spark, rate: int, seconds: int, topics: int = 1, partitions: int = 2, warmup: int = 0) -> dict:
     from msglake.samples.nsq_writer import NsqQueueWriter
     from msglake.pipelines.jobs.ingest import run
 
@@ -118,22 +134,28 @@ def freshness(spark, rate: int, seconds: int) -> dict:
     table = Path(settings.lake.table_path("messages"))
     while not (table / "_delta_log").exists() or not commit_times(str(table)):
         time.sleep(0.2)
-    writers = [NsqQueueWriter(str(data), "fresh", p, first_message_id=10) for p in (1, 2)]
-    total = rate * seconds
+    writers = [NsqQueueWriter(str(data), t, p, first_message_id=10) for t, p in queue_names(topics, partitions)]
+    total = rate * (warmup + seconds)
+    started = time.time()
     append_at_rate(writers, rate, total, b"fresh", 300)
-    while spark.read.format("delta").load(str(table)).where("topic = 'fresh' AND partition > 0").count() < total:
+    written = "NOT (topic = 'fresh' AND partition = 0)"  # all but the first message
+    while spark.read.format("delta").load(str(table)).where(written).count() < total:
         time.sleep(0.5)
     stop.set()
     job.join()
     commits = commit_times(str(table))
-    rows = (spark.read.format("delta").load(str(table)).where("partition > 0")
-            .selectExpr("ingestBatchId", "unix_micros(storeTimestamp) / 1e6 AS appended").collect())
+    # Messages of the first --warmup seconds are written but not measured: the first batches of
+    # a query pay for class loading and JIT compilation.
+    rows = (spark.read.format("delta").load(str(table)).where(written)
+            .selectExpr("ingestBatchId", "unix_micros(storeTimestamp) / 1e6 AS appended")
+            .where(f"appended >= {started + warmup}").collect())
     lags = sorted(commits[r.ingestBatchId] - r.appended for r in rows)
     # A batch of a few hundred messages costs more than the 1 s trigger, so batches run back to
     # back: the time between two commits is what one micro-batch costs, almost all of it fixed.
     during = sorted(t for b, t in commits.items() if b in {r.ingestBatchId for r in rows})
     gaps = sorted(b - a for a, b in zip(during, during[1:]))
-    return {"rate_per_s": rate, "seconds": seconds, "messages": len(lags), "trigger": "1 second",
+    return {"rate_per_s": rate, "seconds": seconds, "warmup_s": warmup, "topics": topics, "partitions": partitions,
+            "messages": len(lags), "trigger": "1 second",
             "freshness_p50_s": quantile(lags, 0.50), "freshness_p95_s": quantile(lags, 0.95),
             "freshness_max_s": lags[-1],
             "batches": result["summary"].batches, "batch_interval_median_s": gaps[len(gaps) // 2] if gaps else None}
@@ -144,19 +166,28 @@ def main() -> int:
     p.add_argument("--backlog", type=int, default=2_000_000, help="messages in the backlog run (default 2,000,000)")
     p.add_argument("--rate", type=int, default=300, help="appends per second in the freshness run (default 300)")
     p.add_argument("--seconds", type=int, default=40, help="length of the freshness run (default 40)")
+    p.add_argument("--topics", type=int, default=1,
+                   help="topics the freshness writer spreads over (default 1; issue 19's spread case: 500)")
+    p.add_argument("--partitions", type=int, default=2, help="partitions per topic (default 2)")
+    p.add_argument("--warmup", type=int, default=10,
+                   help="seconds the writer appends before the measured --seconds (default 10)")
     args = p.parse_args()
+    if min(args.backlog, args.warmup) < 0 or min(args.rate, args.seconds, args.topics, args.partitions) < 1:
+        p.error("--backlog and --warmup must be >= 0; --rate, --seconds, --topics and --partitions >= 1")
 
     from msglake.pipelines.session import build_session
 
     spark = build_session(settings_for(REPO / "bench-data" / "lake-stream", REPO), app_name="msglake-bench-stream")
     out = {}
-    out["backlog"] = backlog(spark, args.backlog)
-    b = out["backlog"]
-    print(f"backlog: {b['messages']:,} messages in {b['batches']} batches, {b['seconds']:.1f}s: "
-          f"{b['messages_per_s']:,.0f} msg/s, {b['mb_per_s']:.1f} MB/s", flush=True)
-    out["freshness"] = freshness(spark, args.rate, args.seconds)
+    if args.backlog:
+        out["backlog"] = backlog(spark, args.backlog)
+        b = out["backlog"]
+        print(f"backlog: {b['messages']:,} messages in {b['batches']} batches, {b['seconds']:.1f}s: "
+              f"{b['messages_per_s']:,.0f} msg/s, {b['mb_per_s']:.1f} MB/s", flush=True)
+    out["freshness"] = freshness(spark, args.rate, args.seconds, args.topics, args.partitions, args.warmup)
     f = out["freshness"]
-    print(f"freshness at {f['rate_per_s']} msg/s, 1 s trigger: p50 {f['freshness_p50_s']:.2f}s, "
+    print(f"freshness at {f['rate_per_s']} msg/s over {f['topics']} topic(s) x {f['partitions']} partition(s), "
+          f"1 s trigger: p50 {f['freshness_p50_s']:.2f}s, "
           f"p95 {f['freshness_p95_s']:.2f}s, max {f['freshness_max_s']:.2f}s over {f['messages']:,} messages; "
           f"{f['batches']} batches, median {f['batch_interval_median_s']:.2f}s between commits", flush=True)
     write("stream", out)
