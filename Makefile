@@ -45,15 +45,20 @@ $(JARS)/.complete: jars/pom.xml
 # msglake's one JVM class (jars/src/): Hadoop's local file system setting permissions by a system
 # call instead of a chmod process per file and folder it creates (see the class), compiled with
 # the JDK's javac against pyspark's own Hadoop. The session factory uses it in local mode when
-# the jar is there; without javac one line says Spark keeps Hadoop's own (slower on many files).
+# the jar is there; without javac, or if the build fails, one line says Spark keeps Hadoop's own
+# (slower on many files), and the set-up goes on. The jar is written whole or not at all.
 FS_JAR := $(JARS)/msglake-hadoop-fs.jar
 FS_SRC := $(wildcard jars/src/msglake/hadoop/*.java)
+FS_LOG := $(VENV)/hadoop-fs-build.log
+FS_HINT := msglake: local file system not built, Spark writes local files through Hadoop's own (a chmod process per file); install a JDK 17 with javac, then make setup
 $(FS_JAR): $(FS_SRC) $(BIN)/.installed $(JARS)/.complete
-	@if command -v javac >/dev/null 2>&1; then \
-	    api=$$(ls $(VENV)/lib/python*/site-packages/pyspark/jars/hadoop-client-api-*.jar | head -1); \
-	    rm -rf $(JARS)/classes && javac --release 17 -nowarn -cp "$$api" -d $(JARS)/classes $(FS_SRC) \
-	    && jar cf $@ -C $(JARS)/classes . && rm -rf $(JARS)/classes; \
-	else echo "msglake: javac not found: Spark writes local files through Hadoop's own file system (a chmod process per file); install a JDK (17), then make setup"; fi
+	@rm -rf $(JARS)/classes $@ $@.tmp; \
+	if ! command -v javac >/dev/null 2>&1; then echo "$(FS_HINT) (javac not found)"; \
+	else api=$$(ls $(VENV)/lib/python*/site-packages/pyspark/jars/hadoop-client-api-*.jar | head -1); \
+	    if javac --release 17 -nowarn -cp "$$api" -d $(JARS)/classes $(FS_SRC) >$(FS_LOG) 2>&1 \
+	        && jar cf $@.tmp -C $(JARS)/classes . >>$(FS_LOG) 2>&1; then mv $@.tmp $@; \
+	    else rm -f $@.tmp; echo "$(FS_HINT) (log: $(FS_LOG))"; fi; \
+	    rm -rf $(JARS)/classes; fi
 
 setup: $(BIN)/.installed $(BIN)/.native $(JARS)/.complete $(FS_JAR)
 

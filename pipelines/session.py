@@ -72,11 +72,13 @@ def local_fs_conf(settings: Settings, master: str, given: dict[str, str]) -> dic
     (``jars/src``), which do the same with system calls. They must be on the JVM's class path
     from its start (Spark resolves file systems before it adds ``spark.jars``), so the jar goes on
     ``spark.driver.extraClassPath``; in local mode the driver is the executor. Nothing changes
-    when the jar was not built, on a cluster, under spark-submit, or when ``given`` (the
-    settings' ``spark.conf``) names either file system itself.
+    when the jar was not built, on a cluster (``local-cluster`` too: its executors are JVMs of
+    their own), under spark-submit, or when ``given`` (the settings' ``spark.conf``) names either
+    file system itself.
     """
     jar = jars_dir(settings) / LOCAL_FS_JAR
-    if submitted() or not is_local(master) or not jar.is_file() or any(k in given for k in LOCAL_FS):
+    in_driver = master == "local" or master.startswith("local[")  # not local-cluster: executor JVMs
+    if submitted() or not in_driver or not jar.is_file() or any(k in given for k in LOCAL_FS):
         return {}
     classpath = os.pathsep.join(p for p in (given.get("spark.driver.extraClassPath"), str(jar)) if p)
     return {"spark.driver.extraClassPath": classpath, **LOCAL_FS}

@@ -55,18 +55,51 @@ def test_the_session_writes_files_through_msglakes_file_systems(spark, hadoop, t
     assert spark.read.format("delta").load(str(path)).count() == 2
 
 
-@pytest.mark.parametrize("mode", [0o000, 0o400, 0o600, 0o640, 0o644, 0o700, 0o711, 0o750, 0o755, 0o777, 0o1777])
+@pytest.mark.parametrize("mode", [0o000, *(1 << bit for bit in range(9)), 0o640, 0o755, 0o777, 0o1777])
 def test_permissions_set_as_hadoop_sets_them(hadoop, tmp_path, mode):
     jvm, conf = hadoop
+    fs = jvm.org.apache.hadoop.fs
     modes = []
     for ours in (False, True):
         f = tmp_path / f"f-{ours}"
         f.write_bytes(b"")
         os.chmod(f, 0o600 if mode else 0o644)
-        _raw(jvm, conf, ours).setPermission(jvm.org.apache.hadoop.fs.Path(str(f)),
-                                            jvm.org.apache.hadoop.fs.permission.FsPermission(mode))
+        _raw(jvm, conf, ours).setPermission(fs.Path(str(f)), fs.permission.FsPermission(mode))
         modes.append(stat.S_IMODE(os.stat(f).st_mode))
     assert modes[1] == modes[0] == mode
+
+
+def test_created_files_and_folders_get_the_permission_asked_for(hadoop, tmp_path):
+    """As Spark's writers and Delta's log create them: with a permission (umask applied by Hadoop)."""
+    jvm, conf = hadoop
+    fs = jvm.org.apache.hadoop.fs
+    modes = {}
+    for ours in (False, True):
+        raw = _raw(jvm, conf, ours)
+        base = tmp_path / str(ours)
+        raw.mkdirs(fs.Path(str(base / "a" / "b")), fs.permission.FsPermission(0o750))
+        raw.create(fs.Path(str(base / "a" / "f")), fs.permission.FsPermission(0o640), False, 4096, 1, 1 << 20,
+                   None).close()
+        modes[ours] = [stat.S_IMODE(os.stat(base / p).st_mode) for p in ("a", "a/b", "a/f")]
+    # Hadoop makes missing parents with the process's umask, the folder asked for with its permission.
+    assert modes[True] == modes[False] and modes[False][1:] == [0o750, 0o640]
+
+
+def test_a_setgid_folder_keeps_its_bit_as_with_hadoops_chmod(hadoop, tmp_path):
+    """chmod 0755 (the command Hadoop starts) keeps a folder's setgid bit, and with it a shared
+    folder's group inheritance; chmod(2) with the nine bits alone would clear it."""
+    jvm, conf = hadoop
+    fs = jvm.org.apache.hadoop.fs
+    modes = []
+    for ours in (False, True):
+        parent = tmp_path / f"shared-{ours}"
+        parent.mkdir()
+        os.chmod(parent, 0o2775)
+        raw = _raw(jvm, conf, ours)
+        raw.mkdirs(fs.Path(str(parent / "topic=a")), fs.permission.FsPermission(0o755))
+        raw.setPermission(fs.Path(str(parent)), fs.permission.FsPermission(0o755))
+        modes.append([stat.S_IMODE(os.stat(p).st_mode) for p in (parent, parent / "topic=a")])
+    assert modes[1] == modes[0] and modes[0][0] & stat.S_ISGID
 
 
 def test_link_status_as_hadoop_gives_it(hadoop, tmp_path):
@@ -107,6 +140,13 @@ def test_checkpoint_files_renamed_through_filecontext(spark, hadoop, tmp_path):
     fc.rename(tmp, final, how)
     assert (tmp_path / "0").read_bytes() == b"v1\n" and not (tmp_path / ".0.tmp").exists()
     assert (tmp_path / ".0.crc").exists()  # still checksummed, as Hadoop's LocalFs does
+    # Delta's log relies on a rename that must not replace an existing commit file.
+    again = fs.Path(str(tmp_path / ".1.tmp"))
+    fc.create(again, jvm.java.util.EnumSet.of(fs.CreateFlag.CREATE), opts).close()
+    how[0] = fs.Options.Rename.NONE
+    with pytest.raises(Exception, match="FileAlreadyExistsException"):
+        fc.rename(again, final, how)
+    assert (tmp_path / "0").read_bytes() == b"v1\n"
 
 
 def test_session_settings_for_the_file_systems(tmp_path):
@@ -123,6 +163,7 @@ def test_session_settings_for_the_file_systems(tmp_path):
     assert local_fs_conf(settings, "local[2]", {}) == {"spark.driver.extraClassPath": jar, **LOCAL_FS}
     mine = {"spark.driver.extraClassPath": "/opt/x.jar"}
     assert local_fs_conf(settings, "local[*]", mine)["spark.driver.extraClassPath"] == "/opt/x.jar" + os.pathsep + jar
-    assert local_fs_conf(settings, "spark://host:7077", {}) == {}  # executors elsewhere: Hadoop's own
+    for master in ("spark://host:7077", "local-cluster[2,1,1024]"):  # executors elsewhere: Hadoop's own
+        assert local_fs_conf(settings, master, {}) == {}
     for key in LOCAL_FS:  # a user's own choice stands
         assert local_fs_conf(settings, "local[2]", {key: "org.apache.hadoop.fs.LocalFileSystem"}) == {}

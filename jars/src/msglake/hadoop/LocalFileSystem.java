@@ -22,8 +22,10 @@ import org.apache.hadoop.io.nativeio.NativeIO;
  * micro-batch that touches a thousand topic partitions writes a thousand files and spent most of
  * its write waiting for those processes. {@link Raw} does both with system calls: the same mode
  * bits through {@link Files#setPosixFilePermissions}, and Hadoop's own answer for anything that
- * is a link. With the native library, or for a mode that names bits POSIX permissions cannot
- * (sticky, setuid, setgid), Hadoop's own way is kept.
+ * is a link. Where the two could differ, Hadoop's own way is kept: a mode with the sticky bit
+ * (POSIX permissions cannot name it), and a folder or file that has its setuid or setgid bit
+ * (the {@code chmod} command keeps those on a folder; the system call would clear them, and
+ * with them a shared folder's group inheritance).
  */
 public class LocalFileSystem extends org.apache.hadoop.fs.LocalFileSystem {
 
@@ -33,6 +35,9 @@ public class LocalFileSystem extends org.apache.hadoop.fs.LocalFileSystem {
 
     /** The raw (checksum-less) file system under the checksummed one; {@link LocalFs} uses it too. */
     public static class Raw extends RawLocalFileSystem {
+
+        /** setuid and setgid. */
+        private static final int SET_ID_BITS = 06000;
 
         /** Permission bits from the lowest (others execute) up. */
         private static final PosixFilePermission[] BITS = {
@@ -44,7 +49,9 @@ public class LocalFileSystem extends org.apache.hadoop.fs.LocalFileSystem {
         @Override
         public void setPermission(Path p, FsPermission permission) throws IOException {
             short mode = permission.toShort();
-            if (NativeIO.isAvailable() || (mode & ~0777) != 0) {
+            java.nio.file.Path path = pathToFile(p).toPath();
+            if (NativeIO.isAvailable() || (mode & ~0777) != 0
+                    || (((Integer) Files.getAttribute(path, "unix:mode")) & SET_ID_BITS) != 0) {
                 super.setPermission(p, permission);
                 return;
             }
@@ -54,14 +61,14 @@ public class LocalFileSystem extends org.apache.hadoop.fs.LocalFileSystem {
                     set.add(BITS[bit]);
                 }
             }
-            Files.setPosixFilePermissions(pathToFile(p).toPath(), set);
+            Files.setPosixFilePermissions(path, set);
         }
 
         @Override
         public FileStatus getFileLinkStatus(Path f) throws IOException {
             // Not a link (or missing, which getFileStatus reports as Hadoop does): the status is
             // the file's own, which is what Hadoop returns after readlink printed nothing.
-            if (NativeIO.isAvailable() || Files.isSymbolicLink(pathToFile(f).toPath())) {
+            if (Files.isSymbolicLink(pathToFile(f).toPath())) {
                 return super.getFileLinkStatus(f);
             }
             return getFileStatus(f);

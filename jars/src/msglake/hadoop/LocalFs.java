@@ -7,6 +7,7 @@ import java.net.URISyntaxException;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.ChecksumFs;
 import org.apache.hadoop.fs.DelegateToFileSystem;
+import org.apache.hadoop.fs.FsConstants;
 import org.apache.hadoop.fs.FsServerDefaults;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.fs.local.LocalConfigKeys;
@@ -20,14 +21,15 @@ import org.apache.hadoop.fs.local.LocalConfigKeys;
 public class LocalFs extends ChecksumFs {
 
     public LocalFs(URI uri, Configuration conf) throws IOException, URISyntaxException {
-        super(new RawFs(uri, conf));
+        super(new RawFs(conf));
     }
 
     /** As Hadoop's {@code RawLocalFs}, over {@link LocalFileSystem.Raw}. */
     static class RawFs extends DelegateToFileSystem {
 
-        RawFs(URI uri, Configuration conf) throws IOException, URISyntaxException {
-            super(uri, new LocalFileSystem.Raw(), conf, "file", false);
+        RawFs(Configuration conf) throws IOException, URISyntaxException {
+            // Hadoop's RawLocalFs names the file system by the local URI, whatever it was asked for.
+            super(FsConstants.LOCAL_FS_URI, new LocalFileSystem.Raw(), conf, FsConstants.LOCAL_FS_URI.getScheme(), false);
         }
 
         @Override
