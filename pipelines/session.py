@@ -77,7 +77,7 @@ def local_fs_conf(settings: Settings, master: str, given: dict[str, str]) -> dic
     file system itself.
     """
     jar = jars_dir(settings) / LOCAL_FS_JAR
-    in_driver = master == "local" or master.startswith("local[")  # not local-cluster: executor JVMs
+    in_driver = is_local(master) and not master.startswith("local-cluster[")  # its executors: JVMs of their own
     if submitted() or not in_driver or not jar.is_file() or any(k in given for k in LOCAL_FS):
         return {}
     classpath = os.pathsep.join(p for p in (given.get("spark.driver.extraClassPath"), str(jar)) if p)
