@@ -146,8 +146,9 @@ impl Binary {
         Binary { offsets, data: Vec::with_capacity(bytes) }
     }
 
+    #[inline(always)]
     pub fn push(&mut self, value: &[u8]) {
-        self.data.extend_from_slice(value);
+        append(&mut self.data, value);
         self.offsets.push(self.data.len() as i32);
     }
 
@@ -155,6 +156,41 @@ impl Binary {
     pub fn into_py(self, py: Python<'_>) -> PyResult<(Bound<'_, Buffer>, Bound<'_, Buffer>)> {
         let offsets = if self.offsets.is_empty() { vec![0] } else { self.offsets };
         Ok((column(py, offsets)?, column(py, self.data)?))
+    }
+}
+
+/// `out.extend_from_slice(value)`, with values of up to 32 bytes copied inline: a record
+/// appends some twenty short values (names, values, ids, hosts), and a library call per value
+/// (memcpy) costs more than the copy itself.
+#[inline(always)]
+pub fn append(out: &mut Vec<u8>, value: &[u8]) {
+    let n = value.len();
+    if n > 32 {
+        out.extend_from_slice(value);
+        return;
+    }
+    out.reserve(n);
+    // SAFETY: `reserve` made room for n more bytes after len; every read below lies inside
+    // `value` (the two pieces of each size class overlap rather than read past its end), every
+    // write inside that room, and the bytes from len to len + n are all written before set_len.
+    unsafe {
+        let (src, dst) = (value.as_ptr(), out.as_mut_ptr().add(out.len()));
+        use std::ptr::{read_unaligned as rd, write_unaligned as wr};
+        if n >= 16 {
+            wr(dst as *mut u128, rd(src as *const u128));
+            wr(dst.add(n - 16) as *mut u128, rd(src.add(n - 16) as *const u128));
+        } else if n >= 8 {
+            wr(dst as *mut u64, rd(src as *const u64));
+            wr(dst.add(n - 8) as *mut u64, rd(src.add(n - 8) as *const u64));
+        } else if n >= 4 {
+            wr(dst as *mut u32, rd(src as *const u32));
+            wr(dst.add(n - 4) as *mut u32, rd(src.add(n - 4) as *const u32));
+        } else if n > 0 {
+            *dst = *src;
+            *dst.add(n / 2) = *src.add(n / 2);
+            *dst.add(n - 1) = *src.add(n - 1);
+        }
+        out.set_len(out.len() + n);
     }
 }
 
@@ -174,6 +210,19 @@ pub fn gather(buf: &[u8], starts: &[i64], ends: &[i64]) -> Binary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn append_copies_every_length() {
+        let src: Vec<u8> = (0..80u8).collect();
+        for a in 0..8 {
+            for n in 0..=70 {
+                let mut out = vec![0xee; a];
+                append(&mut out, &src[a..a + n]);
+                assert_eq!(&out[a..], &src[a..a + n], "offset {a}, length {n}");
+                assert_eq!(out.len(), a + n);
+            }
+        }
+    }
 
     #[test]
     fn gather_concatenates_slices_with_offsets() {

@@ -32,11 +32,16 @@ pub struct OptStr {
 }
 
 impl OptStr {
+    fn with_capacity(rows: usize, bytes: usize) -> Self {
+        OptStr { bin: Binary::with_capacity(rows, bytes), valid: Vec::with_capacity(rows) }
+    }
+
+    #[inline(always)]
     fn push(&mut self, v: Option<&[u8]>) {
-        if self.bin.offsets.is_empty() {
-            self.bin.offsets.push(0);
+        match v {
+            Some(v) => self.bin.push(v),
+            None => self.bin.offsets.push(self.bin.data.len() as i32),
         }
-        self.bin.push(v.unwrap_or(b""));
         self.valid.push(v.is_some());
     }
 }
@@ -49,6 +54,11 @@ pub struct OptI64 {
 }
 
 impl OptI64 {
+    fn with_capacity(rows: usize) -> Self {
+        OptI64 { values: Vec::with_capacity(rows), valid: Vec::with_capacity(rows) }
+    }
+
+    #[inline(always)]
     fn push(&mut self, v: Option<i64>) {
         self.values.push(v.unwrap_or(0));
         self.valid.push(v.is_some());
@@ -117,12 +127,23 @@ fn micros(ms: Option<i64>) -> Option<i64> {
 }
 
 impl Derived {
-    pub fn new() -> Self {
-        let mut d = Derived { keys_offsets: vec![0], header_offsets: vec![0], user_offsets: vec![0], ..Default::default() };
-        d.keys = Binary::with_capacity(0, 0);
-        d.user_keys = Binary::with_capacity(0, 0);
-        d.user_values = Binary::with_capacity(0, 0);
-        d
+    /// Room for about `rows` rows, so that no column grows (and copies itself) row by row.
+    pub fn new(rows: usize) -> Self {
+        let text = |bytes: usize| OptStr::with_capacity(rows, rows * bytes);
+        let offsets = || {
+            let mut v = Vec::with_capacity(rows + 1);
+            v.push(0);
+            v
+        };
+        Derived {
+            uniq: text(32), tags: text(8), trace: text(0), correlation: text(0), sharding: text(0),
+            transaction_id: text(0), transaction_state: text(0), message_type: text(6),
+            keys: Binary::with_capacity(2 * rows, 16 * rows), keys_offsets: offsets(), keys_valid: Vec::with_capacity(rows),
+            delay_ms: OptI64::with_capacity(rows), deliver_us: OptI64::with_capacity(rows),
+            expire_us: OptI64::with_capacity(rows), header_offsets: offsets(), user_offsets: offsets(),
+            user_keys: Binary::with_capacity(rows, 0), user_values: Binary::with_capacity(rows, 0),
+            system_copy: Vec::with_capacity(rows), ..Default::default()
+        }
     }
 
     /// Note a new property name (codes are given in order 0, 1, ...).
@@ -131,6 +152,7 @@ impl Derived {
         self.wanted_code.push(WANTED.iter().position(|w| *w == name));
     }
 
+    #[inline(always)]
     /// One row: its kept properties (name code, name, value), sysflag, BORNTIMESTAMP and topic.
     pub fn push(&mut self, rules: &Rules, props: &[(i64, &[u8], &[u8])], sysflag: i32, born_ms: i64, topic: &[u8]) {
         // One pass over the row's properties (a name appears once: the parser kept the last).
@@ -236,7 +258,7 @@ mod tests {
 
     #[test]
     fn delay_levels_clamp_and_timers_follow() {
-        let (r, mut d) = (rules(), Derived::new());
+        let (r, mut d) = (rules(), Derived::new(0));
         row(&mut d, &r, &[("DELAY", "9"), ("TIMER_DELIVER_MS", "5000")], 0, "t");
         row(&mut d, &r, &[("TIMER_DELAY_SEC", "3"), ("TTL", "10")], 0, "rmq_sys_wheel_timer");
         row(&mut d, &r, &[("DELAY", "x"), ("KEYS", " a  b ")], 8, "SCHEDULE_TOPIC_XXXX");
@@ -252,7 +274,7 @@ mod tests {
 
     #[test]
     fn transactions_and_user_properties() {
-        let (r, mut d) = (rules(), Derived::new());
+        let (r, mut d) = (rules(), Derived::new(0));
         row(&mut d, &r, &[("UNIQ_KEY", "u"), ("TRAN_MSG", "true"), ("app", "x")], 0, "t");
         assert_eq!(d.message_type.bin.data, b"TRANSACTION");
         assert_eq!(d.transaction_id.bin.data, b"u");

@@ -195,7 +195,7 @@ pub struct Messages {
 
 impl Messages {
     fn new() -> Self {
-        let mut m = Messages { derived: Derived::new(), ..Default::default() };
+        let mut m = Messages { derived: Derived::new(0), ..Default::default() };
         for b in [&mut m.topic, &mut m.body, &mut m.born_host.out, &mut m.store_host.out, &mut m.message_id,
                   &mut m.props.keys, &mut m.props.values, &mut m.props.uniq_first] {
             *b = Binary::with_capacity(0, 0);
@@ -215,6 +215,19 @@ impl Messages {
         }
         self.message_id.data.reserve(32 * n);
         self.message_id.offsets.reserve(n);
+        for b in [&mut self.topic, &mut self.born_host.out, &mut self.store_host.out] {
+            b.offsets.reserve(n);
+            b.data.reserve(16 * n);
+        }
+        self.body.offsets.reserve(n);
+        self.props.keys.offsets.reserve(8 * n);
+        self.props.keys.data.reserve(64 * n);
+        self.props.values.offsets.reserve(8 * n);
+        self.props.values.data.reserve(96 * n);
+        self.props.uniq_first.offsets.reserve(n);
+        self.props.uniq_first.data.reserve(32 * n);
+        self.props.uniq_first_valid.reserve(n);
+        self.derived = Derived::new(n);
     }
 
     #[allow(clippy::too_many_arguments)]
