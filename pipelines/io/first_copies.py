@@ -10,10 +10,22 @@ They stand for the table only while the table has no commit but the sink's own (
 newest version is the one the sink's last write made) and the batch's window starts where
 they are complete; otherwise the batch reads the table, as before, and the pieces start again
 from what it read.
+
+A run's pieces are also left for the next run of the same query (:meth:`FirstCopies.save`, in
+the checkpoint's ``first-copies`` folder): a scheduled run then starts from them instead of
+reading the window from the table, which over a table of many small files costs seconds (7-9 s
+measured with 1,000 queues). The next run takes them only when the table's newest commit is
+still the one the sink made last (the commit's ``userMetadata`` names the sink's app id, which
+holds the checkpoint's query id): any other commit since, a new table or a new checkpoint
+sends it to the table.
 """
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
+import shutil
+import uuid
 from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession, functions as F
@@ -25,6 +37,9 @@ from msglake.transforms.dedup import RETRY_LOCATION
 COLUMNS = ("dedupKey", "storeTimestamp", *RETRY_LOCATION)
 #: More pieces than this are merged into one (a union of many plans costs planning time).
 MAX_PIECES = 8
+#: The folder of a checkpoint that keeps the pieces between runs, and its description file.
+INDEX = "first-copies"
+_META = "index.json"
 
 
 def _utc(t: dt.datetime) -> dt.datetime:
@@ -36,9 +51,13 @@ def _utc(t: dt.datetime) -> dt.datetime:
 class FirstCopies:
     """First copies (a ``dedupKey`` and no ``retryOf``) of the ``messages`` table at ``path``."""
 
-    def __init__(self, path: str, watermark_seconds: int):
+    def __init__(self, path: str, watermark_seconds: int, index: str | None = None, app_id: str | None = None):
         self.path = path
         self.watermark = dt.timedelta(seconds=watermark_seconds)
+        #: Where the pieces are kept between runs (None: they are not), and the app id of the
+        #: sink whose commits they follow.
+        self.index, self.app_id = index, app_id
+        self._tried_index = False
         #: (newest store time, rows): every first copy stored at or after ``low`` is in one.
         self.pieces: list[tuple[dt.datetime, DataFrame]] = []
         self.low: dt.datetime | None = None
@@ -50,6 +69,9 @@ class FirstCopies:
     def earlier(self, spark: SparkSession, since: dt.datetime) -> DataFrame:
         """First copies stored from ``since`` minus the watermark on (a batch's first store time)."""
         start = _utc(since) - self.watermark
+        if not self._tried_index:
+            self._tried_index = True
+            self._load(spark)
         usable = self.version is not None and self.version == log_version(self.path) and start >= self.low
         if not usable:
             # The version first: a commit that lands during the read makes the next write see
@@ -75,7 +97,7 @@ class FirstCopies:
         if before is None or before != self.version or after != before + 1:
             self.pieces, self.version = [], None
             return
-        self.version = after
+        self.version = None  # until the pieces are whole again (save() must not take half of them)
         start, newest = _utc(since) - self.watermark, _utc(newest)
         kept = [(n, p) for n, p in self.pieces if n >= start]
         dropped = [n for n, _ in self.pieces if n < start]
@@ -91,3 +113,60 @@ class FirstCopies:
             # Kept as rows, not as the plan that made them: a plan with a join would be planned
             # (its small side broadcast: a Spark job) again by every batch that reads the pieces.
             self.pieces[-1] = (newest, firsts.localCheckpoint(eager=True))
+        self.version = after
+
+    def _own_commit(self, version: int | None) -> bool:
+        """Whether the table's commit ``version`` is one of this sink's (its local log says so)."""
+        if version is None or self.app_id is None:
+            return False
+        try:
+            with open(os.path.join(self.path, "_delta_log", f"{version:020d}.json")) as f:
+                for line in f:
+                    info = json.loads(line).get("commitInfo")
+                    if info is not None:
+                        return (info.get("userMetadata") or "").startswith(f"{self.app_id}:")
+        except (OSError, ValueError):
+            pass
+        return False
+
+    def save(self, spark: SparkSession) -> bool:
+        """Leave the pieces for the next run (after the query stopped): True when they were kept.
+
+        Only pieces that stand for the table's newest commit, made by this sink, are kept; the
+        rows are written first and the description that names them last, so a crash in between
+        leaves the earlier index (which the newer commit makes stale) or none."""
+        if (self.index is None or self.version is None or not self.pieces
+                or self.version != log_version(self.path) or not self._own_commit(self.version)):
+            return False
+        os.makedirs(self.index, exist_ok=True)
+        name = f"rows-{self.version}-{uuid.uuid4().hex[:8]}"
+        self._rows().where(F.col("storeTimestamp") >= F.lit(self.low)).write.parquet(os.path.join(self.index, name))
+        meta = {"rows": name, "version": self.version, "appId": self.app_id,
+                "watermarkSeconds": int(self.watermark.total_seconds()), "low": self.low.isoformat(),
+                "newest": max(n for n, _ in self.pieces).isoformat()}
+        tmp = os.path.join(self.index, f".{_META}.{uuid.uuid4().hex[:8]}")
+        with open(tmp, "w") as f:
+            json.dump(meta, f)
+        os.replace(tmp, os.path.join(self.index, _META))
+        for old in os.listdir(self.index):  # earlier runs' rows
+            if old.startswith("rows-") and old != name:
+                shutil.rmtree(os.path.join(self.index, old), ignore_errors=True)
+        return True
+
+    def _load(self, spark: SparkSession) -> None:
+        """Start from the pieces the last run left, when they still stand for the table."""
+        if self.index is None:
+            return
+        try:
+            with open(os.path.join(self.index, _META)) as f:
+                meta = json.load(f)
+            version, rows = int(meta["version"]), os.path.join(self.index, meta["rows"])
+            low, newest = dt.datetime.fromisoformat(meta["low"]), dt.datetime.fromisoformat(meta["newest"])
+            fits = (meta["appId"] == self.app_id and meta["watermarkSeconds"] == int(self.watermark.total_seconds())
+                    and os.path.isdir(rows))
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        if not fits or version != log_version(self.path) or not self._own_commit(version):
+            return
+        kept = spark.read.parquet(rows).select(*COLUMNS).localCheckpoint(eager=True)
+        self.pieces, self.low, self.version = [(newest, kept)], low, version

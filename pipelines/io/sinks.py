@@ -6,6 +6,7 @@ skipped, table by table, so no row is ever written twice.
 """
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -15,7 +16,7 @@ from pyspark.sql import Column, DataFrame, functions as F
 import pyarrow as pa
 
 from msglake.errors import QualityRuleFailed
-from msglake.pipelines.io.first_copies import FirstCopies
+from msglake.pipelines.io.first_copies import INDEX as FIRST_COPIES_INDEX, FirstCopies
 from msglake.pipelines.io.once import OnceWriter, log_version
 from msglake.quality import rules as R
 from msglake.schemas import MESSAGES_TABLE, QUARANTINE_TABLE
@@ -223,7 +224,9 @@ class DeltaSink:
                  small_batch: int = SMALL_BATCH):
         self.app_id = app_id
         self.writer = OnceWriter(app_id, checkpoint)
-        self.firsts = FirstCopies(messages_path, dedup_watermark_seconds)
+        self.firsts = FirstCopies(messages_path, dedup_watermark_seconds,
+                                  index=None if checkpoint is None else os.path.join(checkpoint, FIRST_COPIES_INDEX),
+                                  app_id=app_id)
         self.paths = {MESSAGES_TABLE.name: messages_path, QUARANTINE_TABLE.name: quarantine_path}
         self.counts = counts if counts is not None else RunCounts()
         self.watermark = dedup_watermark_seconds
@@ -264,6 +267,11 @@ class DeltaSink:
             if messages <= ONE_TASK_BATCH:
                 earlier, keys = earlier.repartition(1), keys.coalesce(1)
         return find_retries(keys, earlier, self.watermark).localCheckpoint(eager=True)
+
+    def finish(self, spark) -> bool:
+        """After the query stopped: leave the first copies kept for retry marking to the next run
+        of this checkpoint (see ``first_copies``). True when they were kept."""
+        return self.watermark > 0 and self.firsts.save(spark)
 
     @cached_property
     def plan(self) -> BatchPlan:

@@ -184,6 +184,8 @@ def run(
             if done:
                 progress.wait_for(max(done))
             spark.streams.removeListener(listener)
+    if not query.isActive:  # an abandoned micro-batch may still be running: nothing to leave then
+        sink.finish(spark)
     if offsets is not None:
         offsets.record()  # consumers may have moved even when no message arrived
         if offsets.path is not None:
@@ -230,6 +232,11 @@ class _LazySink:
         self.quality = quality or {}
         self._sink: DeltaSink | None = None
         self.failure: QualityRuleFailed | None = None
+
+    def finish(self, spark) -> None:
+        """The query has stopped: leave what the next run of this checkpoint can start from."""
+        if self._sink is not None:
+            self._sink.finish(spark)
 
     def __call__(self, df, batch_id: int) -> None:
         if self._sink is None:

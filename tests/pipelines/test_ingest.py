@@ -1,6 +1,7 @@
 """End to end: real segments -> the msglake source -> Delta tables, checked against ground truth."""
 from __future__ import annotations
 
+import datetime as dt
 import os
 from collections import Counter
 from pathlib import Path
@@ -163,6 +164,62 @@ def test_retries_of_an_earlier_batch_of_the_same_run_are_marked_from_what_the_si
         first_paid, first_shipped, first_paid]
     # A copy and its retry within one batch.
     assert [retry_of(2, gift), retry_of(2, gift_again)] == [None, (2, gift.segment, gift.position)]
+
+
+def test_a_later_run_starts_from_the_first_copies_the_last_run_left(spark, tmp_path):
+    """A scheduled run marks retries of an earlier run's messages from the first copies that run
+    left in its checkpoint, without reading the table; a run the index does not stand for reads
+    the table, and marks the same."""
+    from msglake.pipelines.io.catalog import ensure_table
+    from msglake.pipelines.io.first_copies import INDEX
+    from msglake.schemas import LAKE_TABLES
+
+    settings = make_settings(tmp_path / "lake")
+    paths = {spec.name: ensure_table(spark, settings, spec) for spec in LAKE_TABLES}
+    checkpoint = tmp_path / "checkpoint"
+
+    def batch(partition, second, bodies):
+        data = tmp_path / f"nsq{partition}"
+        with NsqQueueWriter(str(data), "orders", partition) as w:
+            put = [w.put(body, header={"##trace_id": "4242", "bornHost": "10.9.9.9:5000"},
+                         timestamp_ns=BASE_NS + (second + i) * 10**9) for i, body in enumerate(bodies)]
+        return spark.read.format("msglake").option("format", "nsq-ext").option("path", str(data)).load(), put
+
+    def sink(app="test-app", watermark=600):
+        return DeltaSink(app, paths["messages"], paths["quarantine"], dedup_watermark_seconds=watermark,
+                         checkpoint=str(checkpoint))
+
+    def retry_of(partition, record):
+        r = table_keys(spark, paths["messages"])[("orders", partition, record.segment, record.position)].retryOf
+        return tuple(r) if r else None
+
+    df, (paid, shipped) = batch(0, 0, [b"paid", b"shipped"])
+    first = sink()
+    first(df, 0)
+    assert first.finish(spark) and (checkpoint / INDEX / "index.json").is_file()
+
+    df, (paid_again,) = batch(1, 5, [b"paid"])
+    second = sink()  # the next run of the same query
+    second(df, 1)
+    assert second.firsts.reads == 0
+    assert retry_of(1, paid_again) == (0, paid.segment, paid.position)
+    assert second.finish(spark)
+
+    # Runs the index does not stand for: another query's (a new checkpoint) or another watermark.
+    at = dt.datetime.fromtimestamp((BASE_NS + 5 * 10**9) / 1e9, dt.timezone.utc)
+    for other in (sink(app="another-query"), sink(watermark=300)):
+        other.firsts.earlier(spark, at)
+        assert other.firsts.reads == 1
+
+    # Another writer commits to the table: the index no longer stands for it.
+    df, (elsewhere,) = batch(2, 7, [b"elsewhere"])
+    DeltaSink("another-writer", paths["messages"], paths["quarantine"])(df, 0)
+    df, (shipped_again, paid_third) = batch(3, 9, [b"shipped", b"paid"])
+    third = sink()
+    third(df, 2)
+    assert third.firsts.reads == 1
+    assert [retry_of(3, shipped_again), retry_of(3, paid_third), retry_of(2, elsewhere)] == [
+        (0, shipped.segment, shipped.position), (0, paid.segment, paid.position), None]
 
 
 @pytest.mark.parametrize("counted", ["while writing", "before writing"])
