@@ -14,10 +14,12 @@ from what it read.
 A run's pieces are also left for the next run of the same query (:meth:`FirstCopies.save`, in
 the checkpoint's ``first-copies`` folder): a scheduled run then starts from them instead of
 reading the window from the table, which over a table of many small files costs seconds (7-9 s
-measured with 1,000 queues). The next run takes them only when the table's newest commit is
-still the one the sink made last (the commit's ``userMetadata`` names the sink's app id, which
-holds the checkpoint's query id): any other commit since, a new table or a new checkpoint
-sends it to the table.
+measured with 1,000 queues). The next run takes them only when they still stand for the table:
+its newest version is the one they were saved at (any commit since, by anyone, moves it), that
+commit is still the one the sink made (its ``userMetadata``, ``"<app id>:<batch id>"``, the app
+id holding the checkpoint's query id: a table made again from scratch has other commits), the
+watermark is the same, and the rows read back are all there. Otherwise the run reads the table,
+as before.
 """
 from __future__ import annotations
 
@@ -30,16 +32,18 @@ from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession, functions as F
 
-from msglake.pipelines.io.once import log_version
+from msglake.pipelines.io.once import commit_metadata, log_version
 from msglake.transforms.dedup import RETRY_LOCATION
 
 #: What ``transforms.dedup.retry_keys`` keeps of a row.
 COLUMNS = ("dedupKey", "storeTimestamp", *RETRY_LOCATION)
 #: More pieces than this are merged into one (a union of many plans costs planning time).
 MAX_PIECES = 8
-#: The folder of a checkpoint that keeps the pieces between runs, and its description file.
+#: The folder of a checkpoint that keeps the pieces between runs, its description file, and the
+#: version of that file's layout (an index of another layout is not read).
 INDEX = "first-copies"
 _META = "index.json"
+_LAYOUT = 1
 
 
 def _utc(t: dt.datetime) -> dt.datetime:
@@ -65,6 +69,8 @@ class FirstCopies:
         self.version: int | None = None
         #: Batches that read the table (the others used the pieces).
         self.reads = 0
+        #: What went wrong with the saved index, for the run's summary (the run goes on without it).
+        self.notes: list[str] = []
 
     def earlier(self, spark: SparkSession, since: dt.datetime) -> DataFrame:
         """First copies stored from ``since`` minus the watermark on (a batch's first store time)."""
@@ -74,9 +80,10 @@ class FirstCopies:
             self._load(spark)
         usable = self.version is not None and self.version == log_version(self.path) and start >= self.low
         if not usable:
-            # The version first: a commit that lands during the read makes the next write see
-            # a version other than this one's successor, and the pieces start again.
-            self.version = log_version(self.path)
+            # The version before the read: a commit that lands during the read makes the next
+            # write see a version other than this one's successor, and the pieces start again.
+            version = log_version(self.path)
+            self.version = None
             self.reads += 1
             read = (spark.read.format("delta").load(self.path)
                     .where(F.col("storeTimestamp") >= F.lit(start))
@@ -84,11 +91,15 @@ class FirstCopies:
                     .select(*COLUMNS).localCheckpoint(eager=True))
             newest = read.agg(F.max("storeTimestamp")).first()[0]
             newest = start if newest is None else _utc(newest)
-            self.pieces, self.low = [(newest, read)], start
+            self.pieces, self.low, self.version = [(newest, read)], start, version
         return self._rows().where(F.col("storeTimestamp") >= F.lit(start))
 
     def _rows(self) -> DataFrame:
         return reduce(DataFrame.unionByName, [piece for _, piece in self.pieces])
+
+    def _complete(self) -> DataFrame:
+        """The rows of the pieces from ``low`` on: those that every first copy since is among."""
+        return self._rows().where(F.col("storeTimestamp") >= F.lit(self.low))
 
     def wrote(self, firsts: DataFrame, since: dt.datetime, newest: dt.datetime, before: int | None,
               after: int | None) -> None:
@@ -107,7 +118,7 @@ class FirstCopies:
         if len(self.pieces) > MAX_PIECES:
             # Rows before this batch's window go too: a later batch that needs them reads the table.
             self.low = max(self.low, start)
-            merged = self._rows().where(F.col("storeTimestamp") >= F.lit(self.low)).localCheckpoint(eager=True)
+            merged = self._complete().localCheckpoint(eager=True)
             self.pieces = [(max(n for n, _ in self.pieces), merged)]
         else:
             # Kept as rows, not as the plan that made them: a plan with a join would be planned
@@ -115,58 +126,72 @@ class FirstCopies:
             self.pieces[-1] = (newest, firsts.localCheckpoint(eager=True))
         self.version = after
 
-    def _own_commit(self, version: int | None) -> bool:
-        """Whether the table's commit ``version`` is one of this sink's (its local log says so)."""
-        if version is None or self.app_id is None:
-            return False
-        try:
-            with open(os.path.join(self.path, "_delta_log", f"{version:020d}.json")) as f:
-                for line in f:
-                    info = json.loads(line).get("commitInfo")
-                    if info is not None:
-                        return (info.get("userMetadata") or "").startswith(f"{self.app_id}:")
-        except (OSError, ValueError):
-            pass
-        return False
-
     def save(self, spark: SparkSession) -> bool:
-        """Leave the pieces for the next run (after the query stopped): True when they were kept.
+        """Leave the pieces for the next run, once the query has stopped: True when they were kept
+        (a failure to write them is noted in ``notes``).
 
-        Only pieces that stand for the table's newest commit, made by this sink, are kept; the
-        rows are written first and the description that names them last, so a crash in between
-        leaves the earlier index (which the newer commit makes stale) or none."""
-        if (self.index is None or self.version is None or not self.pieces
-                or self.version != log_version(self.path) or not self._own_commit(self.version)):
+        Kept only when they stand for the table's newest version, a commit of this sink; the rows
+        are written first and the description that names them last, so a crash in between leaves
+        the earlier index, which that newer commit makes stale, or none."""
+        version = self.version
+        if self.index is None or version is None or not self.pieces or version != log_version(self.path):
             return False
-        os.makedirs(self.index, exist_ok=True)
-        name = f"rows-{self.version}-{uuid.uuid4().hex[:8]}"
-        self._rows().where(F.col("storeTimestamp") >= F.lit(self.low)).write.parquet(os.path.join(self.index, name))
-        meta = {"rows": name, "version": self.version, "appId": self.app_id,
-                "watermarkSeconds": int(self.watermark.total_seconds()), "low": self.low.isoformat(),
-                "newest": max(n for n, _ in self.pieces).isoformat()}
-        tmp = os.path.join(self.index, f".{_META}.{uuid.uuid4().hex[:8]}")
-        with open(tmp, "w") as f:
-            json.dump(meta, f)
-        os.replace(tmp, os.path.join(self.index, _META))
-        for old in os.listdir(self.index):  # earlier runs' rows
+        made = commit_metadata(self.path, version)
+        if made is None or not made.startswith(f"{self.app_id}:"):
+            return False
+        name = f"rows-{version}-{uuid.uuid4().hex[:8]}"
+        rows = os.path.join(self.index, name)
+        try:
+            os.makedirs(self.index, exist_ok=True)
+            kept = self._complete()
+            kept.write.parquet(rows)
+            meta = {"layout": _LAYOUT, "rows": name, "count": kept.count(), "version": version, "commit": made,
+                    "watermarkSeconds": int(self.watermark.total_seconds()), "low": self.low.isoformat(),
+                    "newest": max(n for n, _ in self.pieces).isoformat()}
+            tmp = os.path.join(self.index, f".{_META}.{uuid.uuid4().hex[:8]}")
+            with open(tmp, "w") as f:
+                json.dump(meta, f)
+            os.replace(tmp, os.path.join(self.index, _META))
+        except Exception as e:  # noqa: BLE001 -- the run's data is committed; only the shortcut is lost
+            shutil.rmtree(rows, ignore_errors=True)
+            self.notes.append(f"the first copies kept for retry marking were not saved for the next run "
+                              f"({_first_line(e)}); it will read them from the table")
+            return False
+        for old in os.listdir(self.index):  # the rows of earlier runs, and of saves cut short
             if old.startswith("rows-") and old != name:
                 shutil.rmtree(os.path.join(self.index, old), ignore_errors=True)
         return True
 
     def _load(self, spark: SparkSession) -> None:
-        """Start from the pieces the last run left, when they still stand for the table."""
+        """Start from the pieces the last run left, when they still stand for the table (see the
+        module's docstring); anything else, an index unreadable or cut short included, leaves
+        the pieces empty, and the first batch reads the table."""
         if self.index is None:
             return
         try:
             with open(os.path.join(self.index, _META)) as f:
                 meta = json.load(f)
-            version, rows = int(meta["version"]), os.path.join(self.index, meta["rows"])
+            version, rows, count = int(meta["version"]), os.path.join(self.index, meta["rows"]), int(meta["count"])
             low, newest = dt.datetime.fromisoformat(meta["low"]), dt.datetime.fromisoformat(meta["newest"])
-            fits = (meta["appId"] == self.app_id and meta["watermarkSeconds"] == int(self.watermark.total_seconds())
-                    and os.path.isdir(rows))
-        except (OSError, ValueError, KeyError, TypeError):
+            fits = (meta["layout"] == _LAYOUT and meta["watermarkSeconds"] == int(self.watermark.total_seconds())
+                    and meta["commit"].startswith(f"{self.app_id}:") and os.path.isdir(rows))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return
-        if not fits or version != log_version(self.path) or not self._own_commit(version):
+        if not fits or version != log_version(self.path) or commit_metadata(self.path, version) != meta["commit"]:
             return
-        kept = spark.read.parquet(rows).select(*COLUMNS).localCheckpoint(eager=True)
-        self.pieces, self.low, self.version = [(newest, kept)], low, version
+        try:
+            kept = spark.read.parquet(rows).select(*COLUMNS).localCheckpoint(eager=True)
+            whole = kept.count() == count
+        except Exception as e:  # noqa: BLE001 -- a damaged index: the table has the same rows
+            self.notes.append(f"the first copies saved in {self.index} did not read back ({_first_line(e)}); "
+                              "they were read from the table")
+            return
+        if whole:
+            self.pieces, self.low, self.version = [(newest, kept)], low, version
+        else:
+            self.notes.append(f"the first copies saved in {self.index} are incomplete; they were read from the table")
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__

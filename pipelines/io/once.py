@@ -115,6 +115,20 @@ class OnceWriter:
         return planned - CLOCK_MARGIN_SECONDS
 
 
+def commit_metadata(path: str, version: int) -> str | None:
+    """The ``userMetadata`` of commit ``version`` in a Delta table's local log (None: no such
+    commit, or none given); a :class:`OnceWriter` commit's is ``"<app id>:<batch id>"``."""
+    try:
+        with open(os.path.join(path, "_delta_log", f"{version:020d}.json")) as f:
+            for line in f:
+                info = json.loads(line).get("commitInfo")
+                if info is not None:
+                    return info.get("userMetadata")
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def log_version(path: str) -> int | None:
     """The newest version in a Delta table's log on a local file system (None: no log there)."""
     try:

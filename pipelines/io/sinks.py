@@ -268,10 +268,12 @@ class DeltaSink:
                 earlier, keys = earlier.repartition(1), keys.coalesce(1)
         return find_retries(keys, earlier, self.watermark).localCheckpoint(eager=True)
 
-    def finish(self, spark) -> bool:
+    def finish(self, spark) -> list[str]:
         """After the query stopped: leave the first copies kept for retry marking to the next run
-        of this checkpoint (see ``first_copies``). True when they were kept."""
-        return self.watermark > 0 and self.firsts.save(spark)
+        of this checkpoint (see ``first_copies``). Returns notes for the run's summary."""
+        if self.watermark > 0:
+            self.firsts.save(spark)
+        return self.firsts.notes
 
     @cached_property
     def plan(self) -> BatchPlan:

@@ -184,8 +184,7 @@ def run(
             if done:
                 progress.wait_for(max(done))
             spark.streams.removeListener(listener)
-    if not query.isActive:  # an abandoned micro-batch may still be running: nothing to leave then
-        sink.finish(spark)
+    notes = sink.finish(spark)  # the query has stopped (wait_or_stop returns only then)
     if offsets is not None:
         offsets.record()  # consumers may have moved even when no message arrived
         if offsets.path is not None:
@@ -208,7 +207,7 @@ def run(
         on_disk=on_disk,
         pending=pending,
         tables=tables,
-        notes=scan.notes + (offsets.problems if offsets is not None else []),
+        notes=scan.notes + (offsets.problems if offsets is not None else []) + notes,
         ignored=scan.ignored,
         ignored_bytes=scan.ignored_bytes,
         offset_rows=offsets.rows_written if offsets is not None else 0,
@@ -233,10 +232,10 @@ class _LazySink:
         self._sink: DeltaSink | None = None
         self.failure: QualityRuleFailed | None = None
 
-    def finish(self, spark) -> None:
-        """The query has stopped: leave what the next run of this checkpoint can start from."""
-        if self._sink is not None:
-            self._sink.finish(spark)
+    def finish(self, spark) -> list[str]:
+        """The query has stopped: leave what the next run of this checkpoint can start from.
+        Returns notes for the run's summary."""
+        return [] if self._sink is None else self._sink.finish(spark)
 
     def __call__(self, df, batch_id: int) -> None:
         if self._sink is None:

@@ -46,6 +46,8 @@ def test_ingest_twice_with_an_append_between_matches_ground_truth(spark, tmp_pat
     # Warn-level quality rules keep the messages that break them, and count them.
     assert first.rule_hits == {rule: ("warn", n) for rule, n in truth.warned.items()}
     assert "  quality rule priority_range (warn): 1 message(s), kept in messages" in first.lines()
+    # The run left its first copies for the next one (retry marking is on by default).
+    assert (Path(settings.lake.checkpoint_path("ingest-test")) / "first-copies" / "index.json").is_file()
 
     # The broker appends to a live queue and rolls a new segment.
     w = NsqQueueWriter(str(data), "orders", 1, max_bytes_per_file=1 << 20, file_num=50, virtual_start=10**9,
@@ -168,15 +170,15 @@ def test_retries_of_an_earlier_batch_of_the_same_run_are_marked_from_what_the_si
 
 def test_a_later_run_starts_from_the_first_copies_the_last_run_left(spark, tmp_path):
     """A scheduled run marks retries of an earlier run's messages from the first copies that run
-    left in its checkpoint, without reading the table; a run the index does not stand for reads
-    the table, and marks the same."""
+    left in its checkpoint, without reading the table; a run the index does not stand for, or an
+    index damaged on disk, reads the table, and marks the same."""
     from msglake.pipelines.io.catalog import ensure_table
     from msglake.pipelines.io.first_copies import INDEX
     from msglake.schemas import LAKE_TABLES
 
     settings = make_settings(tmp_path / "lake")
     paths = {spec.name: ensure_table(spark, settings, spec) for spec in LAKE_TABLES}
-    checkpoint = tmp_path / "checkpoint"
+    index = tmp_path / "checkpoint" / INDEX
 
     def batch(partition, second, bodies):
         data = tmp_path / f"nsq{partition}"
@@ -187,39 +189,68 @@ def test_a_later_run_starts_from_the_first_copies_the_last_run_left(spark, tmp_p
 
     def sink(app="test-app", watermark=600):
         return DeltaSink(app, paths["messages"], paths["quarantine"], dedup_watermark_seconds=watermark,
-                         checkpoint=str(checkpoint))
+                         checkpoint=str(index.parent))
 
     def retry_of(partition, record):
         r = table_keys(spark, paths["messages"])[("orders", partition, record.segment, record.position)].retryOf
         return tuple(r) if r else None
 
+    def at(second):
+        return dt.datetime.fromtimestamp(BASE_NS / 1e9 + second, dt.timezone.utc)
+
+    # Run 1: two batches, 500 s apart.
+    run = sink()
     df, (paid, shipped) = batch(0, 0, [b"paid", b"shipped"])
-    first = sink()
-    first(df, 0)
-    assert first.finish(spark) and (checkpoint / INDEX / "index.json").is_file()
+    run(df, 0)
+    df, (gift,) = batch(1, 500, [b"gift"])
+    run(df, 1)
+    assert run.finish(spark) == [] and (index / "index.json").is_file()
 
-    df, (paid_again,) = batch(1, 5, [b"paid"])
-    second = sink()  # the next run of the same query
-    second(df, 1)
-    assert second.firsts.reads == 0
-    assert retry_of(1, paid_again) == (0, paid.segment, paid.position)
-    assert second.finish(spark)
+    # Run 2, the next of the same query: its batches decide from what run 1 left. The batch at
+    # 700 s moves the window past paid and shipped (stored at 0-1 s), not past gift (500 s):
+    # what run 1 left must still serve the batch at 800 s.
+    run = sink()
+    df, (paid_again,) = batch(2, 505, [b"paid"])
+    run(df, 2)
+    df, (gift_again, shipped_again) = batch(3, 700, [b"gift", b"shipped"])
+    run(df, 3)
+    df, (gift_third,) = batch(4, 800, [b"gift"])
+    run(df, 4)
+    assert run.firsts.reads == 0
+    first_gift = (1, gift.segment, gift.position)
+    assert [retry_of(2, paid_again), retry_of(3, gift_again), retry_of(3, shipped_again), retry_of(4, gift_third)] == [
+        (0, paid.segment, paid.position), first_gift, None, first_gift]
+    assert run.finish(spark) == [] and len([p for p in index.iterdir() if p.name.startswith("rows-")]) == 1
 
-    # Runs the index does not stand for: another query's (a new checkpoint) or another watermark.
-    at = dt.datetime.fromtimestamp((BASE_NS + 5 * 10**9) / 1e9, dt.timezone.utc)
+    # Runs the index does not stand for: another query's (a new checkpoint), another watermark.
     for other in (sink(app="another-query"), sink(watermark=300)):
-        other.firsts.earlier(spark, at)
-        assert other.firsts.reads == 1
+        other.firsts.earlier(spark, at(900))
+        assert other.firsts.reads == 1 and other.firsts.notes == []
+    # An index damaged on disk: its rows cut short, or unreadable.
+    (rows,) = [p for p in index.iterdir() if p.name.startswith("rows-")]
+    parts = sorted(rows.glob("*.parquet"))
+    saved = {p: p.read_bytes() for p in parts}
+    parts[0].unlink()
+    cut = sink()
+    cut.firsts.earlier(spark, at(900))
+    assert cut.firsts.reads == 1 and "incomplete" in cut.firsts.notes[0]
+    for p in parts:
+        p.write_bytes(b"not parquet")
+    broken = sink()
+    broken.firsts.earlier(spark, at(900))
+    assert broken.firsts.reads == 1 and "did not read back" in broken.firsts.notes[0]
+    for p, data in saved.items():
+        p.write_bytes(data)
 
     # Another writer commits to the table: the index no longer stands for it.
-    df, (elsewhere,) = batch(2, 7, [b"elsewhere"])
+    df, (elsewhere,) = batch(5, 810, [b"elsewhere"])
     DeltaSink("another-writer", paths["messages"], paths["quarantine"])(df, 0)
-    df, (shipped_again, paid_third) = batch(3, 9, [b"shipped", b"paid"])
-    third = sink()
-    third(df, 2)
-    assert third.firsts.reads == 1
-    assert [retry_of(3, shipped_again), retry_of(3, paid_third), retry_of(2, elsewhere)] == [
-        (0, shipped.segment, shipped.position), (0, paid.segment, paid.position), None]
+    df, (gift_fourth, shipped_late) = batch(6, 820, [b"gift", b"shipped"])
+    run = sink()
+    run(df, 5)
+    assert run.firsts.reads == 1
+    assert [retry_of(6, gift_fourth), retry_of(6, shipped_late), retry_of(5, elsewhere)] == [
+        first_gift, (3, shipped_again.segment, shipped_again.position), None]
 
 
 @pytest.mark.parametrize("counted", ["while writing", "before writing"])
