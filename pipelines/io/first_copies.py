@@ -32,7 +32,7 @@ from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession, functions as F
 
-from msglake.pipelines.io.once import commit_metadata, log_version
+from msglake.pipelines.io.once import commit_metadata, log_version, marked_batch
 from msglake.transforms.dedup import RETRY_LOCATION
 
 #: What ``transforms.dedup.retry_keys`` keeps of a row.
@@ -137,7 +137,7 @@ class FirstCopies:
         if self.index is None or version is None or not self.pieces or version != log_version(self.path):
             return False
         made = commit_metadata(self.path, version)
-        if made is None or not made.startswith(f"{self.app_id}:"):
+        if marked_batch(made, self.app_id) is None:
             return False
         name = f"rows-{version}-{uuid.uuid4().hex[:8]}"
         rows = os.path.join(self.index, name)
@@ -174,7 +174,7 @@ class FirstCopies:
             version, rows, count = int(meta["version"]), os.path.join(self.index, meta["rows"]), int(meta["count"])
             low, newest = dt.datetime.fromisoformat(meta["low"]), dt.datetime.fromisoformat(meta["newest"])
             fits = (meta["layout"] == _LAYOUT and meta["watermarkSeconds"] == int(self.watermark.total_seconds())
-                    and meta["commit"].startswith(f"{self.app_id}:") and os.path.isdir(rows))
+                    and marked_batch(meta["commit"], self.app_id) is not None and os.path.isdir(rows))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return
         if not fits or version != log_version(self.path) or commit_metadata(self.path, version) != meta["commit"]:

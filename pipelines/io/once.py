@@ -58,7 +58,7 @@ class OnceWriter:
         if batch_id <= known:
             self._last[path] = known
             return False
-        writer = df.write.format("delta").mode(mode).option("userMetadata", f"{self.app_id}:{batch_id}")
+        writer = df.write.format("delta").mode(mode).option("userMetadata", commit_mark(self.app_id, batch_id))
         for key, value in options.items():
             writer = writer.option(key, value)
         if not first:  # a later batch of this run: new for sure
@@ -83,7 +83,6 @@ class OnceWriter:
 
         if not os.path.isdir(os.path.join(path, "_delta_log")):
             return -1
-        prefix = f"{self.app_id}:"
         oldest = self._not_before(batch_id)
         table = DeltaTable.forPath(spark, path)
         for limit in (16, 256, None):
@@ -91,9 +90,9 @@ class OnceWriter:
             rows = history.select(F.unix_millis("timestamp").alias("ms"), "userMetadata").orderBy(
                 F.col("version").desc()).collect()
             for row in rows:
-                meta = row["userMetadata"] or ""
-                if meta.startswith(prefix) and meta[len(prefix):].isdigit():
-                    return int(meta[len(prefix):])
+                batch = marked_batch(row["userMetadata"], self.app_id)
+                if batch is not None:
+                    return batch
                 if oldest is not None and row["ms"] / 1000 < oldest:
                     return -1
             if limit is None or len(rows) < limit:
@@ -113,6 +112,19 @@ class OnceWriter:
         except (OSError, ValueError, KeyError, TypeError):
             return None
         return planned - CLOCK_MARGIN_SECONDS
+
+
+def commit_mark(app_id: str, batch_id: int) -> str:
+    """The ``userMetadata`` a :class:`OnceWriter` commit carries."""
+    return f"{app_id}:{batch_id}"
+
+
+def marked_batch(metadata: str | None, app_id: str | None) -> int | None:
+    """The batch id of a commit's ``userMetadata`` when it is ``app_id``'s mark, else None."""
+    prefix = f"{app_id}:"
+    if app_id is None or metadata is None or not metadata.startswith(prefix) or not metadata[len(prefix):].isdigit():
+        return None
+    return int(metadata[len(prefix):])
 
 
 def commit_metadata(path: str, version: int) -> str | None:
