@@ -190,7 +190,7 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     offsets = s.table("consumer_offsets")
 
     fresh = new.where(store <= t)
-    marked = None
+    marked = flagged = None
     if copies is None:
         due, waiting = fresh, None
     else:
@@ -216,8 +216,9 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
         chained = (flagged.where(in_chain).select("uniqueId").unionByName(fresh.where(in_chain).select("uniqueId"))
                    .join(flagged.where("_due").select("uniqueId").unionByName(fresh.select("uniqueId")),
                          "uniqueId", "left_semi").distinct().withColumn("_chain", F.lit(True)))
+        # Kept: due and waiting both read it, and each read would plan the chain join again.
         flagged = flagged.join(F.broadcast(chained), "uniqueId", "left").withColumn(
-            "_due", F.col("_due") | (F.col("_chain").isNotNull() & (store <= t)))
+            "_due", F.col("_due") | (F.col("_chain").isNotNull() & (store <= t))).persist()
         due = flagged.where("_due").select(*ROW).unionByName(fresh)
         waiting = flagged.where(~F.col("_due")).select(*ROW, "dueAt")
     # The copies whose state changes up to the last watermark are logged already (not those
@@ -246,8 +247,11 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
             .withColumn("consumedAt", F.lit(None).cast("timestamp"))
             .withColumn("deadLetterTopic", F.lit(None).cast("string")))
     logged, dead = logged.persist(), dead.persist()
+    # A write task per core: the rows are a union of many small parts (one task each, 40 for 9K
+    # events), and each task writes a file per topic it holds.
+    tasks = spark.sparkContext.defaultParallelism
     for spec, rows in ((MESSAGE_EVENTS_TABLE, logged), (DEAD_LETTERS_TABLE, dead)):
-        s.writer().write(rows.select(*spec.schema.names), s.tables[spec.name], batch_id)
+        s.writer().write(rows.select(*spec.schema.names).coalesce(tasks), s.tables[spec.name], batch_id)
 
     live = result.fated.where(F.col("state").isin("scheduled", "ready")).select(*ROW, "dueAt")
     later = new.where(store > t).withColumn("dueAt", store)
@@ -266,7 +270,7 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     s.summary.dead_letters += dead.count()
     s.summary.pending = kept
     s.summary.watermark = t
-    for df in (new, logged, dead, keep, marked):
+    for df in (new, logged, dead, keep, marked, flagged):
         if df is not None:
             df.unpersist()
 
