@@ -59,7 +59,8 @@ def register(sub, common) -> None:
                     "limits and overflow. Appends the state changes since the last watermark to "
                     "`message_events` and new dead-letter copies to `dead_letters` (asOf null), exactly once; "
                     "checkpoint <lake>/_checkpoints/semantics, pending copies in "
-                    "<lake>/_checkpoints/semantics-pending (delete both to start over).",
+                    "<lake>/_checkpoints/semantics-pending and semantics-dormant (delete all three to start "
+                    "over).",
     )
     se.add_argument("--available-now", action="store_true", help="catch up with the table, then stop")
     se.add_argument("--interval", default="5 seconds", help="processing-time trigger (default '5 seconds')")

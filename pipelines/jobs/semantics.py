@@ -15,7 +15,10 @@ It appends the state changes after the last watermark to ``message_events`` and 
 this batch dead-lettered to ``dead_letters`` (``asOf`` null), and rewrites the pending set:
 the copies live at ``W`` with when they are next due, the messages stored after ``W``, the
 topics' first arrivals and ``W`` itself, a Delta table next to the checkpoint
-(``<lake>/_checkpoints/semantics-pending``). Every write is made once per batch id
+(``<lake>/_checkpoints/semantics-pending``). A copy that only new input can change (ready,
+nothing due: it waits for a consumer, :func:`dormant`) is appended once to another table,
+``semantics-dormant``, and read again only by a batch whose consumer events, offset snapshots
+or retry records name it. Every write is made once per batch id
 (:class:`msglake.pipelines.io.once.OnceWriter`): a batch run again after a crash writes nothing twice.
 
 Why this equals a replay: a copy that left its topic by the last watermark cannot change
@@ -36,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from functools import reduce
 
-from pyspark.sql import DataFrame, SparkSession, functions as F
+from pyspark.sql import Column, DataFrame, SparkSession, functions as F
 
 from msglake.pipelines.io import checkpoint as cp
 from msglake.pipelines.io.catalog import ensure_table
@@ -69,6 +72,11 @@ PENDING = "semantics-pending"
 #: Rows of the pending table: a live copy, a topic's first arrival (``topic``, ``storeTimestamp``)
 #: or the watermark the table is at (``storeTimestamp``).
 COPY, TOPIC, MARK = "copy", "topic", "mark"
+#: The copies that only new input can change (:func:`dormant`), appended batch by batch instead
+#: of rewritten with the pending set; a ``WOKEN`` row (``rowId``, ``batch``) ends every row of
+#: that copy from an earlier batch.
+DORMANT = "semantics-dormant"
+WOKEN = "woken"
 
 
 @dataclass
@@ -78,8 +86,10 @@ class SemanticsSummary:
     dead_letters: int = 0
     #: Messages stored at or before a watermark already passed when they arrived.
     late: int = 0
-    #: Copies pending after the last batch (live at the watermark, or stored after it).
+    #: Copies pending after the last batch (live at the watermark, or stored after it)...
     pending: int = 0
+    #: ... of them dormant: waiting for a consumer, no batch reads them until one names them.
+    dormant: int = 0
     seconds: float = 0.0
     #: The watermark the run reached: every state change at or before it is logged.
     watermark: dt.datetime | None = None
@@ -89,7 +99,7 @@ class SemanticsSummary:
         wm = self.watermark.isoformat() if self.watermark else "none yet (no data)"
         out = [f"semantics: {self.batches} batch(es) in {self.seconds:.1f}s; watermark {wm}",
                f"  logged {self.events:,} state changes, {self.dead_letters:,} dead-lettered copies; "
-               f"{self.pending:,} copies pending"]
+               f"{self.pending:,} copies pending ({self.dormant:,} of them waiting for a consumer)"]
         if self.late:
             out.append(f"  {self.late:,} messages arrived after the watermark had passed their store time "
                        "(evaluated on arrival; raise --lateness to wait for them)")
@@ -114,6 +124,10 @@ class Stream:
     @property
     def pending_path(self) -> str:
         return self.settings.lake.checkpoint_path(PENDING)
+
+    @property
+    def dormant_path(self) -> str:
+        return self.settings.lake.checkpoint_path(DORMANT)
 
     def writer(self, suffix: str = "") -> OnceWriter:
         """Writes a batch's tables once each: ``"-pending"`` the pending set, ``""`` the logs."""
@@ -150,6 +164,46 @@ def _origins(s: Stream, batch: DataFrame) -> DataFrame | None:
     if not ids or table is None:
         return None
     return table if len(ids) > ORIGIN_LOOKUP_IDS else table.where(F.col("messageId").isin(ids))
+
+
+def dormant(policies) -> Column:
+    """Whether a pending copy can change only through new input: nothing makes it due (no
+    release, expiry or other fate known: ``dueAt`` null), its topic does not couple its copies
+    (an arrival there could overflow it), and no RocketMQ chain holds it. A consumer event that
+    names it, an offset snapshot past it or a retry record of its message wakes it
+    (:func:`_wake`); until then no batch reads or rewrites it."""
+    in_chain = is_lineage_topic(F.col("topic")) | F.col("nextRowId").isNotNull()
+    return F.col("dueAt").isNull() & ~coupled(policies) & ~in_chain
+
+
+def dormant_copies(spark: SparkSession, path: str, before: int | None = None) -> DataFrame | None:
+    """The dormant copies (``ROW`` and ``dueAt``) as of the batches before ``before`` (all: None):
+    each copy's row of its latest batch, unless a later ``WOKEN`` row ended it."""
+    if not os.path.isdir(os.path.join(path, "_delta_log")):
+        return None
+    rows = spark.read.format("delta").load(path)
+    if before is not None:
+        rows = rows.where(F.col("batch") < before)
+    ended = rows.where(F.col("kind") == WOKEN).groupBy("rowId").agg(F.max("batch").alias("_ended"))
+    return (rows.where(F.col("kind") == COPY).join(ended, "rowId", "left")
+            .where(F.col("_ended").isNull() | (F.col("batch") >= F.col("_ended"))).select(*ROW, "dueAt"))
+
+
+def _wake(s: Stream, batch_id: int, touched: list[tuple[DataFrame, list[str], str]]) -> DataFrame | None:
+    """The dormant copies that ``touched`` (key sets, each with its flag column) names, kept for
+    the batch; None when there are none, or the batch's input names nothing (then the dormant
+    table is not read: one small job answers)."""
+    rows = dormant_copies(s.spark, s.dormant_path, batch_id)
+    if rows is None or not touched:
+        return None
+    keys = reduce(lambda a, b: a.unionByName(b), [df.select(F.lit(1).alias("k")) for df, _, _ in touched])
+    if not keys.limit(1).collect():
+        return None
+    flags = []
+    for df, on, flag in touched:
+        rows = rows.join(F.broadcast(df), on, "left")
+        flags.append(F.col(flag).isNotNull())
+    return rows.where(reduce(operator.or_, flags)).select(*ROW, "dueAt").persist()
 
 
 def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
@@ -190,7 +244,9 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     offsets = s.table("consumer_offsets")
 
     fresh = new.where(store <= t)
-    marked = flagged = None
+    marked = flagged = woken = None
+    # A RocketMQ chain's records are evaluated together: all of it once one of its records is.
+    in_chain = is_lineage_topic(F.col("topic")) | F.col("nextRowId").isNotNull()
     if copies is None:
         due, waiting = fresh, None
     else:
@@ -205,14 +261,18 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
             passed = offsets.where(after(F.col("snapshotTime")) & (F.col("snapshotTime") <= t)).select(
                 "topic", F.col("queue").cast("int").alias("partition")).distinct().withColumn("_passed", F.lit(True))
             touched.append((passed, ["topic", "partition"], "_passed"))
+        # The dormant copies this batch's input names join the pending ones (the rest cannot change).
+        chains = (copies.where(in_chain).select("uniqueId").unionByName(fresh.where(in_chain).select("uniqueId"))
+                  .distinct().withColumn("_chained", F.lit(True)))
+        woken = _wake(s, batch_id, touched + [(chains, ["uniqueId"], "_chained")])
+        if woken is not None:
+            copies = copies.unionByName(woken)
         flagged = copies
         for df, keys, flag in touched:
             flagged = flagged.join(F.broadcast(df), keys, "left")
             reasons.append(F.coalesce(F.col(flag), F.lit(False)))
         flagged = marked = flagged.withColumn("_due", (store <= t) & F.coalesce(reduce(operator.or_, reasons),
                                                                                 F.lit(False))).persist()
-        # A RocketMQ chain's records are evaluated together: all of it once one of its records is.
-        in_chain = is_lineage_topic(F.col("topic")) | F.col("nextRowId").isNotNull()
         chained = (flagged.where(in_chain).select("uniqueId").unionByName(fresh.where(in_chain).select("uniqueId"))
                    .join(flagged.where("_due").select("uniqueId").unionByName(fresh.select("uniqueId")),
                          "uniqueId", "left_semi").distinct().withColumn("_chain", F.lit(True)))
@@ -258,11 +318,21 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     keep = live.unionByName(later)
     if waiting is not None:
         keep = keep.unionByName(waiting)
-    keep = keep.withColumn("kind", F.lit(COPY)).persist()
-    kept = keep.count()
+    keep = keep.withColumn("kind", F.lit(COPY)).withColumn("_dormant", dormant(policies)).persist()
+    kept = keep.where(~F.col("_dormant")).count()  # the dormant ones are counted at the run's end
+    # First the dormant copies (with an end for the woken ones' earlier rows), then the pending
+    # set: a batch run again after a crash between the two reads only the dormant rows of
+    # earlier batches, so it sees what the first run saw.
+    asleep = keep.where("_dormant").drop("_dormant").withColumn("batch", F.lit(batch_id).cast("bigint"))
+    if woken is not None:
+        asleep = asleep.unionByName(woken.select("rowId", F.lit(WOKEN).alias("kind"),
+                                                 F.lit(batch_id).cast("bigint").alias("batch")),
+                                    allowMissingColumns=True)
+    s.writer("-dormant").write(asleep.coalesce(tasks), s.dormant_path, batch_id)
     meta = spark.createDataFrame([(TOPIC, k, _ts(v)) for k, v in sorted(topics.items())] + [(MARK, None, t)],
                                  "kind string, topic string, storeTimestamp timestamp")
-    state = keep.unionByName(meta, allowMissingColumns=True).orderBy(F.col("dueAt").asc_nulls_last())
+    state = (keep.where(~F.col("_dormant")).drop("_dormant").unionByName(meta, allowMissingColumns=True)
+             .orderBy(F.col("dueAt").asc_nulls_last()))
     s.writer("-pending").write(state, s.pending_path, batch_id, "overwrite", overwriteSchema="true")
 
     s.summary.batches += 1
@@ -270,7 +340,7 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     s.summary.dead_letters += dead.count()
     s.summary.pending = kept
     s.summary.watermark = t
-    for df in (new, logged, dead, keep, marked, flagged):
+    for df in (new, logged, dead, keep, marked, flagged, woken):
         if df is not None:
             df.unpersist()
 
@@ -301,5 +371,8 @@ def run(spark, settings: Settings, *, available_now: bool = True, interval: str 
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=interval)
     query = writer.start()
     wait_or_stop(query, stop, stop_timeout)
+    asleep = dormant_copies(spark, stream.dormant_path)
+    summary.dormant = 0 if asleep is None else asleep.count()
+    summary.pending += summary.dormant
     summary.seconds = time.monotonic() - started
     return summary

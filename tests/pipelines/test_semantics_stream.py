@@ -284,3 +284,34 @@ def test_messages_stored_by_a_passed_watermark_are_counted_late(spark, tmp_path)
     before = state()
     step(Stream(spark, settings, dt.timedelta(0), 6, tables, SemanticsSummary()), rows, 1)
     assert state() == before and before[0][0] > 0
+
+
+def test_a_copy_waiting_for_a_consumer_is_not_rewritten_and_wakes_when_named(spark, tmp_path):
+    """A ready copy with nothing due (no TTL, no limit on its topic) is dormant: the batches after
+    the one that stored it neither read nor rewrite it, until a consumer event naming it, an
+    offset snapshot past it or a retry record of its message arrives; the log still equals a
+    replay. Each scenario: the copy stored in batch 0 (at 10 ms), the input that wakes it timed
+    between the two batches, batch 1 at 200 ms."""
+    quiet = ("a", 10, None, None, 0, 5, 0)
+    later = ("a", 200, None, None, 0, 5, 0)
+    scenarios = [
+        ({}, [quiet, later], [(0, "a", "acked", 90)], []),                                    # an ack
+        ({"a": {"deadLetterTopic": "c"}}, [quiet, later, ("c", 5, None, None, 0, 5, 0)],
+         [(0, "a", "rejected", 90)], []),                                                     # a rejection
+        ({}, [quiet, later], [], [("a", 150, 0)]),                                            # an offset snapshot
+        ({}, [quiet, ("%RETRY%g", 200, None, None, 0, 5, 0)], [], []),                        # a retry record
+        ({}, [quiet, later], [], []),                                                         # nothing: sleeps on
+    ]
+    seen = _stream_equals_replay(spark, tmp_path / "lake", scenarios, [50], 0)
+    assert {("consumed", None), ("dead_lettered", "rejected")} <= seen
+
+    from msglake.pipelines.jobs.semantics import DORMANT, WOKEN
+
+    table = spark.read.format("delta").load(str(tmp_path / "lake" / "_checkpoints" / DORMANT))
+    rows = {(r["kind"], r["topic"], r["batch"]) for r in table.select("kind", "topic", "batch").collect()}
+    woken = table.where(F.col("kind") == WOKEN).count()
+    # batch 0 put each scenario's first copy to sleep; batch 1 woke the four that were named
+    # (the chain's, taken over by its retry record, does not sleep again) and left the fifth
+    assert {("copy", f"a.s{i}", 0) for i in range(5)} <= rows and woken == 4
+    pending = spark.read.format("delta").load(str(tmp_path / "lake" / "_checkpoints" / "semantics-pending"))
+    assert pending.where("kind = 'copy' AND topic = 'a.s4' AND storeTimestamp < '2026-11-01 00:00:00.1'").count() == 0
