@@ -41,6 +41,7 @@ from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession, functions as F
 
+from msglake.errors import LakeError
 from msglake.pipelines.io import checkpoint as cp
 from msglake.pipelines.io.catalog import ensure_table
 from msglake.pipelines.io.once import OnceWriter
@@ -206,6 +207,20 @@ def _wake(s: Stream, batch_id: int, touched: list[tuple[DataFrame, list[str], st
     return rows.where(reduce(operator.or_, flags)).select(*ROW, "dueAt").persist()
 
 
+def _no_stale_dormant(s: Stream) -> None:
+    """Fails when there is no pending set but dormant copies of a batch after the first: until
+    its first batch wrote the pending set, a run wrote no later batch, so they are an earlier
+    checkpoint's (its pending set deleted without them), and batch ids that start over would
+    read them as this run's. Rows of batch 0 are a first batch's try, run again after a crash."""
+    if (os.path.isdir(os.path.join(s.pending_path, "_delta_log"))
+            or not os.path.isdir(os.path.join(s.dormant_path, "_delta_log"))):
+        return
+    if s.spark.read.format("delta").load(s.dormant_path).where(F.col("batch") > 0).limit(1).collect():
+        raise LakeError(f"{s.dormant_path} holds copies of an earlier semantics run, whose pending set "
+                        f"({s.pending_path}) is gone: delete {s.settings.lake.checkpoint_path(CHECKPOINT)}, "
+                        f"semantics-pending and semantics-dormant together to start over")
+
+
 def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     """One micro-batch: see the module docstring."""
     spark, policies = s.spark, policy_dicts(s.settings.policies)
@@ -355,6 +370,7 @@ def run(spark, settings: Settings, *, available_now: bool = True, interval: str 
     checkpoint = settings.lake.checkpoint_path(CHECKPOINT)
     summary = SemanticsSummary(tables=tables)
     stream = Stream(spark, settings, dt.timedelta(seconds=lateness_seconds), max_hops, tables, summary)
+    _no_stale_dormant(stream)
     started = time.monotonic()
 
     def batch(df: DataFrame, batch_id: int) -> None:

@@ -315,3 +315,12 @@ def test_a_copy_waiting_for_a_consumer_is_not_rewritten_and_wakes_when_named(spa
     assert {("copy", f"a.s{i}", 0) for i in range(5)} <= rows and woken == 4
     pending = spark.read.format("delta").load(str(tmp_path / "lake" / "_checkpoints" / "semantics-pending"))
     assert pending.where("kind = 'copy' AND topic = 'a.s4' AND storeTimestamp < '2026-11-01 00:00:00.1'").count() == 0
+
+    # The pending set deleted without the dormant copies (a start over by half): refused.
+    import shutil
+
+    from msglake.errors import LakeError
+
+    shutil.rmtree(tmp_path / "lake" / "_checkpoints" / "semantics-pending")
+    with pytest.raises(LakeError, match="delete .* semantics-pending and semantics-dormant together"):
+        run(spark, make_settings(tmp_path / "lake"), available_now=True, lateness_seconds=0)
