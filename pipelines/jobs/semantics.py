@@ -131,7 +131,8 @@ class Stream:
         return self.settings.lake.checkpoint_path(DORMANT)
 
     def writer(self, suffix: str = "") -> OnceWriter:
-        """Writes a batch's tables once each: ``"-pending"`` the pending set, ``""`` the logs."""
+        """Writes a batch's tables once each: ``"-pending"`` the pending set, ``"-dormant"`` the
+        dormant copies, ``""`` the logs."""
         if suffix not in self.writers:
             self.writers[suffix] = OnceWriter(self.app_id + suffix, self.checkpoint)
         return self.writers[suffix]
