@@ -168,14 +168,19 @@ def _origins(s: Stream, batch: DataFrame) -> DataFrame | None:
     return table if len(ids) > ORIGIN_LOOKUP_IDS else table.where(F.col("messageId").isin(ids))
 
 
+def in_chain() -> Column:
+    """Whether a pending copy is in a RocketMQ chain: a ``%RETRY%``/``%DLQ%`` record, or one a later
+    record of its message follows."""
+    return is_lineage_topic(F.col("topic")) | F.col("nextRowId").isNotNull()
+
+
 def dormant(policies) -> Column:
     """Whether a pending copy can change only through new input: nothing makes it due (no
     release, expiry or other fate known: ``dueAt`` null), its topic does not couple its copies
     (an arrival there could overflow it), and no RocketMQ chain holds it. A consumer event that
     names it, an offset snapshot past it or a retry record of its message wakes it
     (:func:`_wake`); until then no batch reads or rewrites it."""
-    in_chain = is_lineage_topic(F.col("topic")) | F.col("nextRowId").isNotNull()
-    return F.col("dueAt").isNull() & ~coupled(policies) & ~in_chain
+    return F.col("dueAt").isNull() & ~coupled(policies) & ~in_chain()
 
 
 def dormant_copies(spark: SparkSession, path: str, before: int | None = None) -> DataFrame | None:
@@ -262,7 +267,7 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     fresh = new.where(store <= t)
     marked = flagged = woken = None
     # A RocketMQ chain's records are evaluated together: all of it once one of its records is.
-    in_chain = is_lineage_topic(F.col("topic")) | F.col("nextRowId").isNotNull()
+    chain = in_chain()
     if copies is None:
         due, waiting = fresh, None
     else:
@@ -278,7 +283,7 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
                 "topic", F.col("queue").cast("int").alias("partition")).distinct().withColumn("_passed", F.lit(True))
             touched.append((passed, ["topic", "partition"], "_passed"))
         # The dormant copies this batch's input names join the pending ones (the rest cannot change).
-        chains = (copies.where(in_chain).select("uniqueId").unionByName(fresh.where(in_chain).select("uniqueId"))
+        chains = (copies.where(chain).select("uniqueId").unionByName(fresh.where(chain).select("uniqueId"))
                   .distinct().withColumn("_chained", F.lit(True)))
         woken = _wake(s, batch_id, touched + [(chains, ["uniqueId"], "_chained")])
         if woken is not None:
@@ -289,7 +294,7 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
             reasons.append(F.coalesce(F.col(flag), F.lit(False)))
         flagged = marked = flagged.withColumn("_due", (store <= t) & F.coalesce(reduce(operator.or_, reasons),
                                                                                 F.lit(False))).persist()
-        chained = (flagged.where(in_chain).select("uniqueId").unionByName(fresh.where(in_chain).select("uniqueId"))
+        chained = (flagged.where(chain).select("uniqueId").unionByName(fresh.where(chain).select("uniqueId"))
                    .join(flagged.where("_due").select("uniqueId").unionByName(fresh.select("uniqueId")),
                          "uniqueId", "left_semi").distinct().withColumn("_chain", F.lit(True)))
         # Kept: due and waiting both read it, and each read would plan the chain join again.
