@@ -120,17 +120,23 @@ def evaluate_copies(base: DataFrame, policies: Mapping[str, Mapping], as_of, top
             gone = persist(previous.join(copies.select("rowId", "v"), ["rowId", "v"], "left_anti"))
         touched = F.broadcast(added.unionByName(gone).where(is_coupled).select("topic", "partition").distinct())
         copy_ids = F.broadcast(copies.select("rowId"))
+        made, again = F.lit(False).alias("_base"), F.lit(True).alias("_base")
         redo = persist(
-            added.drop("v").where(~is_coupled)
+            added.drop("v").where(~is_coupled).select("*", made)
             # a stored record whose chained version went away is itself again
             .unionByName(base.join(F.broadcast(gone.where("stored").select("rowId")), "rowId", "left_semi")
-                         .join(copy_ids, "rowId", "left_anti").where(~is_coupled))
+                         .join(copy_ids, "rowId", "left_anti").where(~is_coupled).select("*", again))
             .unionByName(base.where(is_coupled).join(touched, ["topic", "partition"], "left_semi")
-                         .join(copy_ids, "rowId", "left_anti"))
-            .unionByName(copies.drop("v").where(is_coupled).join(touched, ["topic", "partition"], "left_semi"))
+                         .join(copy_ids, "rowId", "left_anti").select("*", again))
+            .unionByName(copies.drop("v").where(is_coupled).join(touched, ["topic", "partition"], "left_semi")
+                         .select("*", made))
         )
         dirty = F.broadcast(redo.select("rowId").unionByName(gone.select("rowId")).distinct())
-        replaced = persist(replaced.unionByName(redo.where("stored").select("rowId")).distinct())
+        # The rows of ``first`` that redo supersedes: the base copies it evaluates again, and
+        # stored records taking over a history. (Not ``stored`` alone: a stream batch's base
+        # also holds dead-letter copies still pending, which were then fated twice.)
+        replaced = persist(replaced.unionByName(redo.where(F.col("stored") | F.col("_base")).select("rowId"))
+                           .distinct())
         delta = persist(delta.join(dirty, "rowId", "left_anti").select(*columns)
                         .unionByName(evaluate_rows(redo).select(*columns)))
 
