@@ -210,7 +210,8 @@ def _wake(s: Stream, batch_id: int, touched: list[tuple[DataFrame, list[str], st
     for df, on, flag in touched:
         rows = rows.join(F.broadcast(df), on, "left")
         flags.append(F.col(flag).isNotNull())
-    return rows.where(reduce(operator.or_, flags)).select(*ROW, "dueAt").persist()
+    # A checkpoint, not a cache: its plan must not read the dormant table (see step)
+    return rows.where(reduce(operator.or_, flags)).select(*ROW, "dueAt").localCheckpoint(eager=False)
 
 
 def _no_stale_dormant(s: Stream) -> None:
@@ -333,14 +334,24 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     tasks = spark.sparkContext.defaultParallelism
     for spec, rows in ((MESSAGE_EVENTS_TABLE, logged), (DEAD_LETTERS_TABLE, dead)):
         s.writer().write(rows.select(*spec.schema.names).coalesce(tasks), s.tables[spec.name], batch_id)
+    n_events, n_dead = logged.count(), dead.count()  # from the cache, before the writes below drop it
 
     live = result.fated.where(F.col("state").isin("scheduled", "ready")).select(*ROW, "dueAt")
     later = new.where(store > t).withColumn("dueAt", store)
     keep = live.unionByName(later)
     if waiting is not None:
         keep = keep.unionByName(waiting)
-    keep = keep.withColumn("kind", F.lit(COPY)).withColumn("_dormant", dormant(policies)).persist()
+    # After a write to a table, Spark plans again every cached frame that reads it, and drops
+    # its cache (SaveIntoDataSourceCommand's recache): ten Delta file listings (~2 s) after the
+    # pending set's overwrite, and a later use would read the new version (the events counted
+    # after it came out 2,000 too high). So what the two writes below read is a checkpoint,
+    # whose plan reads no table, and the caches are let go before them.
+    keep = keep.withColumn("kind", F.lit(COPY)).withColumn("_dormant", dormant(policies)).localCheckpoint(
+        eager=False)
     kept = keep.where(~F.col("_dormant")).count()  # the dormant ones are counted at the run's end
+    for df in (new, logged, dead, marked, flagged):
+        if df is not None:
+            df.unpersist()
     # First the dormant copies (with an end for the woken ones' earlier rows), then the pending
     # set: a batch run again after a crash between the two reads only the dormant rows of
     # earlier batches, so it sees what the first run saw.
@@ -357,13 +368,10 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     s.writer("-pending").write(state, s.pending_path, batch_id, "overwrite", overwriteSchema="true")
 
     s.summary.batches += 1
-    s.summary.events += logged.count()
-    s.summary.dead_letters += dead.count()
+    s.summary.events += n_events
+    s.summary.dead_letters += n_dead
     s.summary.pending = kept
     s.summary.watermark = t
-    for df in (new, logged, dead, keep, marked, flagged, woken):
-        if df is not None:
-            df.unpersist()
 
 
 def run(spark, settings: Settings, *, available_now: bool = True, interval: str = "5 seconds",
