@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 import yaml
@@ -34,11 +35,20 @@ def write_conf(tmp_path, data, name: str = "conf.yaml", **ingest) -> str:
     return str(path)
 
 
-def start(conf: str, *args: str, log) -> subprocess.Popen:
-    return subprocess.Popen(
+@contextmanager
+def start(conf: str, *args: str, log):
+    """The stream job in a session of its own; whatever the test does, nothing of it outlives the block
+    (a failed assertion used to leave the job and its JVM running)."""
+    proc = subprocess.Popen(
         [sys.executable, "-m", "msglake.pipelines.cli", "stream", "--conf", conf, "--quiet", *args],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def delta_versions(table_path: str) -> int:
@@ -71,30 +81,30 @@ def test_sigkill_anywhere_then_restart_gives_every_message_exactly_once(spark, t
     kills = []
     with open(tmp_path / "job.log", "ab") as log:
         for attempt in range(2):
-            proc = start(conf, "--interval", "200 milliseconds", log=log)
-            seen = delta_versions(messages_path)
-            deadline = time.monotonic() + 120
-            if attempt % 2 == 0:
-                # Between the Delta commit of batch N and the checkpoint's commits/N.
-                while time.monotonic() < deadline and proc.poll() is None:
-                    offsets = cp._numbered(os.path.join(checkpoint, "offsets"))
-                    commits = cp._numbered(os.path.join(checkpoint, "commits"))
-                    if delta_versions(messages_path) > seen and offsets and offsets[-1] not in commits:
-                        break
-                    time.sleep(0.002)
-                kills.append("after-delta-commit")
-            else:
-                # At a random moment of a micro-batch: once its offsets are logged (decoding,
-                # writing or committing).
-                planned = len(cp._numbered(os.path.join(checkpoint, "offsets")))
-                while time.monotonic() < deadline and proc.poll() is None and \
-                        len(cp._numbered(os.path.join(checkpoint, "offsets"))) <= planned:
-                    time.sleep(0.02)
-                time.sleep(rng.uniform(0.0, 2.0))
-                kills.append("random")
-            assert proc.poll() is None, "the job ended before it could be killed; see job.log"
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            with start(conf, "--interval", "200 milliseconds", log=log) as proc:
+                seen = delta_versions(messages_path)
+                deadline = time.monotonic() + 120
+                if attempt % 2 == 0:
+                    # Between the Delta commit of batch N and the checkpoint's commits/N.
+                    while time.monotonic() < deadline and proc.poll() is None:
+                        offsets = cp._numbered(os.path.join(checkpoint, "offsets"))
+                        commits = cp._numbered(os.path.join(checkpoint, "commits"))
+                        if delta_versions(messages_path) > seen and offsets and offsets[-1] not in commits:
+                            break
+                        time.sleep(0.002)
+                    kills.append("after-delta-commit")
+                else:
+                    # At a random moment of a micro-batch: once its offsets are logged (decoding,
+                    # writing or committing).
+                    planned = len(cp._numbered(os.path.join(checkpoint, "offsets")))
+                    while time.monotonic() < deadline and proc.poll() is None and \
+                            len(cp._numbered(os.path.join(checkpoint, "offsets"))) <= planned:
+                        time.sleep(0.02)
+                    time.sleep(rng.uniform(0.0, 2.0))
+                    kills.append("random")
+                assert proc.poll() is None, "the job ended before it could be killed; see job.log"
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
         # The run after the kills may take bigger batches (a user raising the budget after a
         # crash): the batch logged before the kill is redone with its logged offsets either way,
         # and a dozen more small batches (~4 s each here) would show nothing more.
@@ -119,25 +129,25 @@ def test_live_appends_then_sigterm_stops_cleanly(spark, tmp_path):
     # ~15 s of appends: many micro-batches see torn records, fresh segments and new queues.
     writer = threading.Thread(target=lambda: result.setdefault("truth", write_live(str(data), 1500, pause=0.04)))
     with open(tmp_path / "job.log", "ab") as log:
-        proc = start(conf, "--interval", "500 milliseconds", "--metrics-file", str(metrics), log=log)
-        deadline = time.monotonic() + 90
-        while not (metrics.exists() and metrics.read_text().strip()):
-            assert time.monotonic() < deadline and proc.poll() is None, "the job did not start"
-            time.sleep(0.2)
-        writer.start()
-        writer.join()
-        truth = result["truth"]
-        truth.messages.append(Expected("warmup", 0, first.segment, first.position, first.virtual_offset, "1",
-                                       b"warm", None, None, 5))
-        table = settings.lake.table_path("messages")
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if os.path.isdir(os.path.join(table, "_delta_log")) and \
-                    spark.read.format("delta").load(table).count() >= len(truth.messages):
-                break
-            time.sleep(2)
-        proc.send_signal(signal.SIGTERM)
-        rc = proc.wait(timeout=120)
+        with start(conf, "--interval", "500 milliseconds", "--metrics-file", str(metrics), log=log) as proc:
+            deadline = time.monotonic() + 90
+            while not (metrics.exists() and metrics.read_text().strip()):
+                assert time.monotonic() < deadline and proc.poll() is None, "the job did not start"
+                time.sleep(0.2)
+            writer.start()
+            writer.join()
+            truth = result["truth"]
+            truth.messages.append(Expected("warmup", 0, first.segment, first.position, first.virtual_offset, "1",
+                                           b"warm", None, None, 5))
+            table = settings.lake.table_path("messages")
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                if os.path.isdir(os.path.join(table, "_delta_log")) and \
+                        spark.read.format("delta").load(table).count() >= len(truth.messages):
+                    break
+                time.sleep(2)
+            proc.send_signal(signal.SIGTERM)
+            rc = proc.wait(timeout=120)
     out = (tmp_path / "job.log").read_text()
     assert rc == 0, out[-3000:]
     assert "SIGTERM received" in out and "every byte of this run is accounted for" in out
