@@ -66,7 +66,7 @@ $(FS_JAR): $(FS_SRC) $(BIN)/.installed $(JARS)/.complete
 # one line says so and the set-up goes on.
 CDS_ARCHIVE := $(JARS)/msglake-classes.jsa
 CDS_LOG := $(VENV)/class-archive.log
-$(CDS_ARCHIVE): $(BIN)/.installed $(BIN)/.native $(JARS)/.complete $(FS_JAR)
+$(CDS_ARCHIVE): $(BIN)/.installed $(JARS)/.complete $(FS_JAR)
 	@$(BIN)/python -m msglake.pipelines.class_archive >$(CDS_LOG) 2>&1 \
 	    || echo "msglake: driver class archive not made (log: $(CDS_LOG)); local Spark starts take a few seconds longer"
 
