@@ -61,7 +61,7 @@ $(FS_JAR): $(FS_SRC) $(BIN)/.installed $(JARS)/.complete
 	    rm -rf $(JARS)/classes; fi
 
 # The driver JVM's class archive (pipelines/class_archive.py): a small local job run once with
-# -XX:ArchiveClassesAtExit; later local starts map it (about 4 s less each). After the local file
+# -XX:ArchiveClassesAtExit; later local starts map it (4-5 s less each). After the local file
 # system jar, which is on the class path the archive is checked against. If it cannot be made,
 # one line says so and the set-up goes on.
 CDS_ARCHIVE := $(JARS)/msglake-classes.jsa

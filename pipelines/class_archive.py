@@ -1,9 +1,9 @@
 """The driver JVM's class archive (AppCDS): Spark's, Delta's and msglake's classes as the JVM leaves them
 once loaded and verified, mapped by each later local-mode start instead of read from the jars again.
 
-``make setup`` runs ``python -m msglake.pipelines.class_archive`` once: a small local job (two sample
-sources ingested, a SQL query) in a JVM started with ``-XX:ArchiveClassesAtExit``, which writes the
-archive when it exits. :func:`msglake.pipelines.session.build_session` then starts local drivers with
+``make setup`` runs ``python -m msglake.pipelines.class_archive`` once: a small local job (the demo's
+sample data of both brokers ingested, a SQL query) in a JVM started with ``-XX:ArchiveClassesAtExit``,
+which writes the archive when it exits. :func:`msglake.pipelines.session.build_session` then starts local drivers with
 ``-XX:SharedArchiveFile`` when the archive is there. Measured here: ``msglake sql "SELECT 1"`` 12.3-13.3 s
 without it, 8.4-8.6 s with it. The JVM checks the archive against its own build and class path and
 ignores one that does not match (silently: its warning would reach the terminal); remove the file to
@@ -30,26 +30,23 @@ def archive_path(settings) -> Path:
 
 def main() -> int:
     from msglake.pipelines import settings as settings_mod
+    from msglake.pipelines.jobs.demo import prepare_data
     from msglake.pipelines.jobs.ingest import ingest
     from msglake.pipelines.session import LOG4J, build_session
-    from msglake.samples.nsq import generate as generate_nsq
-    from msglake.samples.rocketmq import generate as generate_rocketmq
 
     with tempfile.TemporaryDirectory(prefix="msglake-classes-") as tmp:
+        # The embedded default's sources (one per broker) and the demo's sample data, in a folder of its own.
         doc = settings_mod.from_dict(settings_mod.default_document()).model_dump()
         doc["lake"]["root"] = os.path.join(tmp, "lake")
-        doc["sources"] = [
-            {"name": "nsq", "format": "nsq-ext", "path": os.path.join(tmp, "nsq"), "storeHost": "127.0.0.1:4150"},
-            {"name": "rmq", "format": "rocketmq-commitlog", "path": os.path.join(tmp, "store")},
-        ]
+        for src in doc["sources"]:
+            src["path"] = os.path.join(tmp, src["name"])
         settings = settings_mod.from_dict(doc, "class archive")
         target = archive_path(settings)
         partial = target.with_name(target.name + ".tmp")
         partial.unlink(missing_ok=True)
         settings.spark.conf["spark.driver.extraJavaOptions"] = (
             f"-Dlog4j.configurationFile=file:{LOG4J} -XX:ArchiveClassesAtExit={partial} {QUIET}")
-        generate_nsq(os.path.join(tmp, "nsq"), 200, max_bytes_per_file=16 << 10)
-        generate_rocketmq(os.path.join(tmp, "store"), 200, file_size=16 << 10)
+        prepare_data(settings, 200, False, lambda _line: None)
         spark = build_session(settings, app_name="msglake-class-archive")
         for src in settings.sources:
             ingest(spark, settings, src.name)

@@ -191,7 +191,7 @@ def build_session(settings: Settings, app_name: str | None = None, master: str |
         conf["spark.jars"] = ",".join(delta_jars(settings))
         conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{LOG4J}"
         archive = class_archive.archive_path(settings)
-        if is_local(master) and archive.is_file():  # made by `make setup`: ~4 s less per driver start
+        if is_local(master) and archive.is_file():  # made by `make setup`: 4-5 s less per driver start
             conf["spark.driver.extraJavaOptions"] += f" -XX:SharedArchiveFile={archive} {class_archive.QUIET}"
         builder = builder.master(master)
     given = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in settings.spark.conf.items()}
