@@ -103,6 +103,7 @@ bench: setup $(PEER_STAMP)
 	$(BIN)/python benchmarks/bench_replay.py
 	$(BIN)/python benchmarks/bench_semantics_lag.py
 	$(BIN)/python benchmarks/bench_history.py
+	$(BIN)/python benchmarks/bench_worked_example.py
 	$(BIN)/python benchmarks/bench_trace.py
 	$(BIN)/python benchmarks/bench_sql.py
 	$(BIN)/python benchmarks/bench_small_segments.py
