@@ -25,9 +25,10 @@ REPO = Path(__file__).resolve().parent.parent
 MSGLAKE = str(Path(sys.executable).parent / "msglake")
 
 
-def msglake(args: list[str], cwd: Path) -> tuple[float, str]:
+def msglake(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, str]:
+    """Run ``msglake ARGS`` as a new process: (wall seconds, its output); a failure ends the benchmark."""
     started = time.monotonic()
-    r = subprocess.run([MSGLAKE, *args], cwd=cwd, capture_output=True, text=True)
+    r = subprocess.run([MSGLAKE, *args], cwd=cwd, env=env, capture_output=True, text=True)
     took = time.monotonic() - started
     if r.returncode:
         raise SystemExit(f"msglake {' '.join(args)} failed: {r.stderr.strip()}")

@@ -21,16 +21,14 @@ import hashlib
 import os
 import re
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from results_file import write  # benchmarks/ is on sys.path when a script in it runs
+from bench_sql import msglake  # benchmarks/ is on sys.path when a script in it runs
+from results_file import write
 
 REPO = Path(__file__).resolve().parent.parent
-MSGLAKE = str(Path(sys.executable).parent / "msglake")
 EXAMPLE = REPO / "examples" / "replay"
 AS_OF = "2026-11-01T10:00:20Z"
 
@@ -50,14 +48,11 @@ def digest(out: str) -> str:
 def cold(java_options: str, cwd: str) -> tuple[float, float, str]:
     """One ``msglake replay`` process: (wall seconds, the replay's own seconds, output digest)."""
     out = tempfile.mkdtemp(prefix="out-", dir=cwd)
-    env = {**os.environ, "SPARK_SUBMIT_OPTS": java_options}
-    started = time.monotonic()
-    r = subprocess.run([MSGLAKE, *replay_args(out)], cwd=cwd, env=env, capture_output=True, text=True)
-    wall = time.monotonic() - started
-    if r.returncode:
-        raise SystemExit(f"msglake replay failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
-    own = re.search(r"replay took ([\d.]+)s", r.stdout)
-    return wall, float(own.group(1)) if own else float("nan"), digest(out)
+    wall, stdout = msglake(replay_args(out), Path(cwd), {**os.environ, "SPARK_SUBMIT_OPTS": java_options})
+    own = re.search(r"replay took ([\d.]+)s", stdout)
+    if own is None:
+        raise SystemExit(f"msglake replay printed no 'replay took' line:\n{stdout[-2000:]}")
+    return wall, float(own.group(1)), digest(out)
 
 
 def warm(runs: int, cwd: str) -> tuple[list[float], set[str]]:
