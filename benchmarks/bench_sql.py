@@ -1,12 +1,12 @@
-"""`msglake sql` cold (in-process: JVM and session start) vs warm (through `msglake serve`).
+"""`msglake sql` and `msglake history` cold (in-process: JVM and session start) vs warm (through `msglake serve`).
 
     .venv/bin/python benchmarks/bench_sql.py [--messages 20000] [--runs 5]
 
 On the demo lake (`msglake demo --messages N` in bench-data/sql-N/, made once), times whole
-`msglake sql` commands as a user runs them, each a new process: `SELECT count(*) FROM messages`
-and a `v_trace` lookup of one traceId, first with `--in-process`, then with `msglake serve`
-running for the lake (started once, not timed). Reports the median wall time of --runs runs of
-each, and checks both ways print the same answer.
+commands as a user runs them, each a new process: `SELECT count(*) FROM messages`, a `v_trace`
+lookup of one traceId and `msglake history` of the same traceId (its story, as JSON), first
+with `--in-process`, then with `msglake serve` running for the lake (started once, not timed).
+Reports the median wall time of --runs runs of each, and checks both ways print the same answer.
 """
 from __future__ import annotations
 
@@ -53,15 +53,17 @@ def main() -> None:
     _, out = msglake(["sql", "--in-process", "--format", "csv",
                       "SELECT traceId FROM v_trace GROUP BY traceId ORDER BY count(*) DESC, traceId LIMIT 1"], base)
     trace_id = out.splitlines()[1]
-    queries = {"count": "SELECT count(*) FROM messages",
-               "v_trace lookup": f"SELECT * FROM v_trace WHERE traceId = '{trace_id}' ORDER BY hopIndex"}
+    commands = {"count": ["sql", "--format", "csv", "SELECT count(*) FROM messages"],
+                "v_trace lookup": ["sql", "--format", "csv",
+                                   f"SELECT * FROM v_trace WHERE traceId = '{trace_id}' ORDER BY hopIndex"],
+                "history": ["history", trace_id, "--format", "json"]}
 
-    result: dict = {"messages_per_broker": args.messages, "runs": args.runs, "queries": queries, "seconds": {}}
+    result: dict = {"messages_per_broker": args.messages, "runs": args.runs, "commands": commands, "seconds": {}}
     answers = {}
-    for name, sql in queries.items():
+    for name, command in commands.items():
         times = []
         for _ in range(args.runs):
-            took, answers[name] = msglake(["sql", "--in-process", "--format", "csv", sql], base)
+            took, answers[name] = msglake([*command, "--in-process"], base)
             times.append(took)
         result["seconds"][f"{name}, cold (in-process)"] = statistics.median(times)
         print(f"{name}, cold: median {statistics.median(times):.2f} s of {[round(t, 2) for t in times]}", flush=True)
@@ -71,11 +73,11 @@ def main() -> None:
         line = server.stdout.readline()
         if "serving" not in line:
             raise SystemExit(f"msglake serve did not start: {line}{server.stderr.read()}")
-        for name, sql in queries.items():
-            msglake(["sql", "--format", "csv", sql], base)  # the server's first run of this query plan
+        for name, command in commands.items():
+            msglake(command, base)  # the server's first run of this command
             times = []
             for _ in range(args.runs):
-                took, out = msglake(["sql", "--format", "csv", sql], base)
+                took, out = msglake(command, base)
                 times.append(took)
                 assert out == answers[name], f"{name}: the server's answer differs"
             result["seconds"][f"{name}, warm (msglake serve)"] = statistics.median(times)

@@ -60,3 +60,29 @@ def spark_message(e: BaseException) -> str:
     if cls and text.startswith(f"[{cls}]"):
         text = text[len(cls) + 2:].strip()
     return f"{cls}: {text}" if cls else text
+
+
+def spark_error(e: BaseException) -> str | None:
+    """One or two lines for an error that came from Spark, or None if it did not."""
+    try:
+        from py4j.protocol import Py4JJavaError
+        from pyspark.errors import PySparkException
+    except ImportError:
+        return None
+    if isinstance(e, PySparkException):
+        return spark_message(e)
+    if isinstance(e, Py4JJavaError):
+        java = e.java_exception
+        return f"{java.getClass().getSimpleName()}: {' '.join(str(java.getMessage()).split())}"
+    return None
+
+
+def describe(e: Exception) -> tuple[int, str]:
+    """An error as a command reports it: (exit status, the line after ``msglake: ``). Used by the
+    command itself and by ``msglake serve`` answering for one, so both print the same."""
+    if isinstance(e, MsglakeError):
+        return e.exit_code, f"error: {e}"
+    spark = spark_error(e)
+    if spark is not None:
+        return 1, f"Spark error: {spark[:2000]}"
+    return 1, f"internal error: {type(e).__name__}: {' '.join(str(e).split())[:500]}"

@@ -1,6 +1,8 @@
 """One SparkSession for the whole run (it costs ~4 s to start); lakes live under tmp_path."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 
 from msglake.pipelines import settings as settings_mod
@@ -95,3 +97,28 @@ def replayed(spark, tmp_path_factory):
     for _ in range(2):  # the same T again replaces its rows
         assert cli.main(["replay", "--conf", str(conf), "--as-of", "2100-01-01T00:00:00Z"]) == 0
     return settings, acked, conf
+
+
+@contextmanager
+def serving(spark, settings):
+    """`msglake serve` of ``settings``' lake in this process (the session is shared), in a thread,
+    until the block ends; yields the server."""
+    import threading
+
+    from msglake.pipelines.jobs.serve import serve
+
+    started = threading.Event()
+    holder = {}
+
+    def ready(s):
+        holder["server"] = s
+        started.set()
+
+    thread = threading.Thread(target=serve, args=(spark, settings, 0, ready), daemon=True)
+    thread.start()
+    assert started.wait(60)
+    try:
+        yield holder["server"]
+    finally:
+        holder["server"].shutdown()
+        thread.join(30)

@@ -16,7 +16,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterable
 
-from msglake.errors import ConfigError, MsglakeError, spark_message
+from msglake.errors import ConfigError, describe
 
 LOG = logging.getLogger("msglake")
 
@@ -62,6 +62,16 @@ def emit(lines: Iterable[str]) -> None:
         print(line, flush=True)
 
 
+def served(reply: dict) -> int:
+    """Print what ``msglake serve`` answered for a command (``{status, out | err}``, ``err`` as
+    :func:`msglake.errors.describe` words it) as the command prints it in-process; its exit status."""
+    if reply["status"]:
+        print(f"msglake: {reply['err']}", file=sys.stderr)
+    else:
+        sys.stdout.write(reply["out"])
+    return reply["status"]
+
+
 def parse_time(text: str, option: str):
     """A time given on the command line: ISO-8601 (UTC when it has no zone) or epoch milliseconds.
 
@@ -97,21 +107,6 @@ def _setup_logging(verbose: bool) -> None:
     logging.getLogger("py4j").setLevel(logging.ERROR)
 
 
-def _spark_error(e: BaseException) -> str | None:
-    """One or two lines for an error that came from Spark, or None if it did not."""
-    try:
-        from py4j.protocol import Py4JJavaError
-        from pyspark.errors import PySparkException
-    except ImportError:
-        return None
-    if isinstance(e, PySparkException):
-        return spark_message(e)
-    if isinstance(e, Py4JJavaError):
-        java = e.java_exception
-        return f"{java.getClass().getSimpleName()}: {' '.join(str(java.getMessage()).split())}"
-    return None
-
-
 def run(handler: Callable, args) -> int:
     """Run one command; every error ends here, as one line and an exit status."""
     verbose = getattr(args, "verbose", False)
@@ -124,13 +119,8 @@ def run(handler: Callable, args) -> int:
     except Exception as e:  # the one place that turns every error into a line for the user
         if verbose:
             traceback.print_exc()
-        if isinstance(e, MsglakeError):
-            print(f"msglake: error: {e}", file=sys.stderr)
-            return e.exit_code
-        spark = _spark_error(e)
-        if spark is not None:
-            print(f"msglake: Spark error: {spark[:2000]}", file=sys.stderr)
-            return 1
-        print(f"msglake: internal error: {type(e).__name__}: {' '.join(str(e).split())[:500]}"
-              + ("" if verbose else " (run again with --verbose for the stack trace)"), file=sys.stderr)
-        return 1
+        status, line = describe(e)
+        if line.startswith("internal error") and not verbose:
+            line += " (run again with --verbose for the stack trace)"
+        print(f"msglake: {line}", file=sys.stderr)
+        return status

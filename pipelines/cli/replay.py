@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from msglake.pipelines.cli.common import emit, load_settings, non_negative, parse_time
+from msglake.pipelines.cli.common import emit, load_settings, non_negative, parse_time, served
 from msglake.pipelines.cli.ingest import add_stop_timeout, stop_on_signals
 
 REPLAY_HELP = """Apply the brokers' delivery rules (docs/semantics.md) as of time T: for every
@@ -83,7 +83,8 @@ message's own records are evaluated (found through the table's file statistics; 
 limits or head-only expiry: that topic, and those that dead-letter into it, are evaluated
 whole, and the answer says so. The same rules as `msglake replay --as-of T`, the same result.
 An NSQ id recurs in every partition of a topic: each message it names is told apart, or
-narrow with --topic/--partition.""")
+narrow with --topic/--partition. When `msglake serve` runs for the same lake, the lookup runs
+in its warm session (with this command's policies), which saves the Spark start and warm-up.""")
     hi.add_argument("id", metavar="ID", help="messageId, uniqueId or traceId")
     hi.add_argument("--as-of", metavar="T", help="evaluation time, ISO-8601 (UTC when no zone) or epoch ms "
                                                  "(default: the newest storeTimestamp of the lake)")
@@ -91,6 +92,7 @@ narrow with --topic/--partition.""")
     hi.add_argument("--partition", type=int, help="only the records stored in this partition")
     hi.add_argument("--format", choices=("text", "json"), default="text", help="output (default text)")
     hi.add_argument("--max-hops", type=int, default=16, help="dead-letter hops before a copy is dropped (default 16)")
+    hi.add_argument("--in-process", action="store_true", help="do not use a running `msglake serve`")
     hi.set_defaults(handler=history)
 
     le = sub.add_parser(
@@ -161,8 +163,6 @@ def load_events(args) -> int:
 
 def history(args) -> int:
     from msglake.pipelines.io.paths import check_lake_root
-    from msglake.pipelines.jobs.history import history as story_of, render_json, render_text
-    from msglake.pipelines.session import build_session
 
     settings = load_settings(args)
     as_of = parse_time(args.as_of, "--as-of") if args.as_of else None
@@ -170,6 +170,21 @@ def history(args) -> int:
     if args.partition is not None:
         non_negative(args.partition, "--partition")
     check_lake_root(settings.lake.root, write=False)
+    from msglake.pipelines.jobs.serve import HISTORY_ACTION, MAX_HOPS_SERVED, ask_server, find_server
+
+    if not args.in_process and args.max_hops <= MAX_HOPS_SERVED:
+        from msglake.pipelines.settings import policy_dicts
+
+        uri = find_server(settings)
+        request = {"id": args.id, "asOf": as_of and as_of.isoformat(), "topic": args.topic,
+                   "partition": args.partition, "maxHops": args.max_hops, "format": args.format,
+                   "policies": policy_dicts(settings.policies)}
+        reply = ask_server(uri, HISTORY_ACTION, request) if uri else None
+        if reply is not None:
+            return served(reply)
+    from msglake.pipelines.jobs.history import history as story_of, render_json, render_text
+    from msglake.pipelines.session import build_session
+
     spark = build_session(settings)
     story = story_of(spark, settings, args.id, as_of=as_of, topic=args.topic, partition=args.partition,
                      max_hops=args.max_hops)

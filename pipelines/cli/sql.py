@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from msglake.pipelines.cli.common import load_settings
+from msglake.pipelines.cli.common import load_settings, served
 
 READ_ONLY = ("Read-only (the default) means the statement reads the lake's tables and views and nothing else, and "
              "changes nothing: queries (SELECT, WITH, set operations, VALUES), SHOW, DESCRIBE and EXPLAIN of those, "
@@ -36,8 +36,8 @@ def register(sub, common) -> None:
         "serve", parents=[common], help="keep a warm Spark session answering read-only SQL (Arrow Flight SQL)",
         description="Start one Spark session for the lake and answer read-only SQL on 127.0.0.1 over Arrow Flight "
                     "SQL (the ADBC Flight SQL driver, Flight SQL JDBC/ODBC drivers and BI tools such as DBeaver "
-                    "speak it: grpc://127.0.0.1:PORT, no TLS, no authentication). `msglake sql` uses it while it "
-                    "runs; it writes where it listens to <lake>/_server.json. Every statement is checked like "
+                    "speak it: grpc://127.0.0.1:PORT, no TLS, no authentication). `msglake sql` and `msglake history` "
+                    "use it while it runs; it writes where it listens to <lake>/_server.json. Every statement is checked like "
                     "`msglake sql` checks it: " + READ_ONLY + " Stops on Ctrl-C or SIGTERM.",
     )
     sv.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: any free port)")
@@ -53,16 +53,13 @@ def sql(args) -> int:
         raise ConfigError("--limit: must be 1 or more")
     settings = load_settings(args)
     if not args.allow_writes and not args.in_process:
-        from msglake.pipelines.jobs.serve import find_server, query_server
+        from msglake.pipelines.jobs.serve import SQL_ACTION, ask_server, find_server
 
         uri = find_server(settings)
-        reply = query_server(uri, args.query, args.format, args.limit) if uri else None
+        request = {"sql": args.query, "format": args.format, "limit": args.limit}
+        reply = ask_server(uri, SQL_ACTION, request) if uri else None
         if reply is not None:
-            if reply["status"]:
-                print(f"msglake: error: {reply['err']}", file=sys.stderr)
-            else:
-                sys.stdout.write(reply["out"])
-            return reply["status"]
+            return served(reply)
 
     from msglake.pipelines.jobs.sql import render, run_sql
     from msglake.pipelines.session import build_session
@@ -80,11 +77,15 @@ def serve(args) -> int:
 
     settings = load_settings(args)
     check_lake_root(settings.lake.root, write=True)  # it records its address in the lake
+    # A history lookup's rounds leave local checkpoints that Spark removes once the JVM has
+    # collected their frames; by default it forces a collection every 30 minutes, too rarely
+    # for a server answering lookup after lookup.
+    settings.spark.conf.setdefault("spark.cleaner.periodicGC.interval", "2min")
     spark = build_session(settings)
 
     def ready(server) -> None:
         print(f"msglake: serving the lake {settings.lake.table_path('')} read-only on grpc://127.0.0.1:{server.port} "
-              "(Arrow Flight SQL); msglake sql uses it; Ctrl-C stops", flush=True)
+              "(Arrow Flight SQL); msglake sql and msglake history use it; Ctrl-C stops", flush=True)
 
     run_server(spark, settings, args.port, ready)
     return 0

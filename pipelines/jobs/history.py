@@ -96,13 +96,18 @@ def _upstream(policies: Policies, lake_topics: list[str], sinks: set[str]) -> se
 
 
 def history(spark: SparkSession, settings: Settings, wanted: str, *, as_of: dt.datetime | None = None,
-            topic: str | None = None, partition: int | None = None, max_hops: int = DEFAULT_MAX_HOPS) -> Story:
-    """The story of the message(s) ``wanted`` names (see the module docstring)."""
+            topic: str | None = None, partition: int | None = None, max_hops: int = DEFAULT_MAX_HOPS,
+            policies: Policies | None = None) -> Story:
+    """The story of the message(s) ``wanted`` names (see the module docstring).
+
+    ``policies``: topic pattern -> policy fields (default: the settings'); a ``msglake serve``
+    answering for a client gives the client's.
+    """
     started = time.monotonic()
     messages = lake_table(spark, settings, "messages")
     if messages is None:
         raise LakeError(f"no messages table in {settings.lake.table_path('messages')}: ingest first")
-    policies = policy_dicts(settings.policies)
+    policies = policy_dicts(settings.policies) if policies is None else policies
     columns = messages.columns  # traceId and producerUniqueId may be missing in a lake not made by ingest
     messages = conform(messages)
     found = messages.where(_named(wanted, columns))
@@ -119,7 +124,16 @@ def history(spark: SparkSession, settings: Settings, wanted: str, *, as_of: dt.d
         raise InputError(f"{wanted!r} names more than {MAX_RECORDS:,} stored records{where}: narrow it with "
                          "--topic/--partition")
     own = _records(messages, seeds).cache()
-    as_of = as_of or default_as_of(messages)
+    try:  # a server answers lookup after lookup: the found records are not kept cached
+        return _story(spark, settings, wanted, messages, seeds, own, as_of or default_as_of(messages), policies,
+                      max_hops, started)
+    finally:
+        own.unpersist()
+
+
+def _story(spark: SparkSession, settings: Settings, wanted: str, messages: DataFrame, seeds: list, own: DataFrame,
+           as_of: dt.datetime, policies: Policies, max_hops: int, started: float) -> Story:
+    """:func:`history` once the seeds' own records (``own``) are found."""
     mine = stored_copies(own, policies).select("rowId", "uniqueId").collect()
     own_rows, keys = {r["rowId"] for r in mine}, {r["uniqueId"] for r in mine}
 
@@ -152,7 +166,6 @@ def history(spark: SparkSession, settings: Settings, wanted: str, *, as_of: dt.d
         by_copy.setdefault(e["rowId"], []).append(_utc(e.asDict(recursive=True)))
     for c in copies:
         c["events"] = by_copy.get(c["rowId"], [])
-    own.unpersist()
     return Story(wanted, as_of, copies, sorted(whole), time.monotonic() - started)
 
 

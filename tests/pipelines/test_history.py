@@ -11,6 +11,7 @@ from msglake.pipelines import cli
 from msglake.pipelines.jobs.history import history, render_text
 from msglake.pipelines.jobs.replay import run_replay
 from msglake.pipelines.settings import from_dict
+from tests.conftest import serving
 
 pytestmark = pytest.mark.slow
 
@@ -126,3 +127,46 @@ def test_an_unknown_id_is_one_line(spark, lake, capsys):
     assert cli.main(["history", "no-such-id", "--lake", settings.lake.root]) == 2  # bad input
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["msglake: error: no stored message has messageId, uniqueId or traceId 'no-such-id'"]
+
+
+def test_a_running_server_tells_the_story_under_the_commands_policies(spark, replayed, capsys):
+    """With `msglake serve` running for the lake, `msglake history` is answered in its warm session:
+    under the command's own policies and options (not the server's), printed as in-process, errors
+    as the same one line; a request that does not fit is refused by the server."""
+    import re
+
+    from msglake.pipelines.jobs.serve import HISTORY_ACTION, ask_server, find_server
+
+    settings, acked, conf = replayed
+    server_settings = from_dict({**settings.model_dump(), "policies": {}}, "test")  # the server's own: none
+    ask = ["history", acked, "--topic", "orders", "--as-of", T.isoformat(), "--conf", str(conf)]
+    with serving(spark, server_settings) as server:
+        assert cli.main([*ask, "--format", "json"]) == 0 and server.lookups == 1
+        # the command's policies: the unconsumed twin dead-letters into orders.dlq
+        [twin] = [m["copies"] for m in json.loads(capsys.readouterr().out)["messages"]
+                  if m["copies"][0]["consumedAt"] is None]
+        assert [c["topic"] for c in twin] == ["orders", "orders.dlq"]
+        # its partition alone, no hop allowed: dropped where it died
+        narrow = [*ask, "--partition", str(twin[0]["partition"]), "--max-hops", "0"]
+        assert cli.main(narrow) == 0 and server.lookups == 2
+        served = capsys.readouterr().out
+        assert "1 message(s), 1 copy" in served and "state at T: dropped (hop_limit)" in served
+        assert cli.main([*narrow, "--in-process"]) == 0 and server.lookups == 2
+        took = re.compile(r"\(\d+\.\ds\)")  # the lookup's own time
+        assert took.sub("", capsys.readouterr().out) == took.sub("", served)
+
+        assert cli.main(["history", "no-such-id", "--lake", settings.lake.root]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            "msglake: error: no stored message has messageId, uniqueId or traceId 'no-such-id'"]
+        uri = find_server(settings)
+        for request, why in (([acked], "not a JSON object"),
+                             ({"id": 7, "maxHops": 4}, "id: expected str"),
+                             ({"id": acked, "maxHops": True}, "maxHops: expected int"),
+                             ({"id": acked, "maxHops": 10**9}, "maxHops must be 0..1,000"),
+                             ({"id": acked, "maxHops": 4, "partition": 1 << 40}, "partition 0..2,147,483,647"),
+                             ({"id": acked, "maxHops": 4, "asOf": "yesterday"}, "asOf: not an ISO-8601 time"),
+                             ({"id": acked, "maxHops": 4, "policies": {"orders": {"messageTtlMs": "soon"}}},
+                              "policies.orders.messageTtlMs")):
+            reply = ask_server(uri, HISTORY_ACTION, request)
+            assert reply["status"] == 2 and why in reply["err"] and "\n" not in reply["err"], reply
+        assert server.lookups == 10

@@ -18,7 +18,7 @@ from msglake.pipelines.jobs.demo import QUERIES, SAMPLE
 from msglake.pipelines.jobs.ingest import ingest
 from msglake.pipelines.jobs.sql import run_sql
 from msglake.samples.nsq import generate
-from tests.conftest import assert_rows, make_settings
+from tests.conftest import assert_rows, make_settings, serving
 
 pytestmark = pytest.mark.slow
 
@@ -245,23 +245,8 @@ def test_run_sql_raises_msglake_errors(spark, lake):
 @pytest.fixture(scope="module")
 def server(spark, lake):
     """`msglake serve` of the attack lake, in this process (the session is shared), until the module ends."""
-    import threading
-
-    from msglake.pipelines.jobs.serve import serve
-
-    started = threading.Event()
-    holder = {}
-
-    def ready(s):
-        holder["server"] = s
-        started.set()
-
-    thread = threading.Thread(target=serve, args=(spark, lake, 0, ready), daemon=True)
-    thread.start()
-    assert started.wait(60)
-    yield holder["server"]
-    holder["server"].shutdown()
-    thread.join(30)
+    with serving(spark, lake) as s:
+        yield s
 
 
 def test_the_server_answers_a_flight_sql_client(spark, lake, server):
