@@ -262,6 +262,12 @@ def from_dict(doc: dict, origin: str = "<settings>") -> Settings:
         raise ConfigError(f"{origin}: invalid settings: " + "; ".join(_problems(e, doc))) from None
 
 
+def checked_policies(doc, origin: str) -> dict[str, dict]:
+    """A ``policies:`` mapping from outside the settings (a file, a request), validated as in a
+    settings file, as the plain mappings the transforms take."""
+    return policy_dicts(from_dict({"policies": doc}, origin).policies)
+
+
 def load(path: str | os.PathLike | None = None, env: dict[str, str] | None = None) -> Settings:
     """The settings: the embedded default overlaid by ``conf/local``, ``path`` (or ``$MSGLAKE_CONF``)
     and the environment (see the module docstring).

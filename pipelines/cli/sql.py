@@ -36,9 +36,10 @@ def register(sub, common) -> None:
         "serve", parents=[common], help="keep a warm Spark session answering read-only SQL (Arrow Flight SQL)",
         description="Start one Spark session for the lake and answer read-only SQL on 127.0.0.1 over Arrow Flight "
                     "SQL (the ADBC Flight SQL driver, Flight SQL JDBC/ODBC drivers and BI tools such as DBeaver "
-                    "speak it: grpc://127.0.0.1:PORT, no TLS, no authentication). `msglake sql` and `msglake history` "
-                    "use it while it runs; it writes where it listens to <lake>/_server.json. Every statement is checked like "
-                    "`msglake sql` checks it: " + READ_ONLY + " Stops on Ctrl-C or SIGTERM.",
+                    "speak it: grpc://127.0.0.1:PORT, no TLS, no authentication). `msglake sql` and "
+                    "`msglake history` use it while it runs; it writes where it listens to <lake>/_server.json. "
+                    "Every statement is checked like `msglake sql` checks it: " + READ_ONLY
+                    + " Stops on Ctrl-C or SIGTERM.",
     )
     sv.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: any free port)")
     sv.set_defaults(handler=serve)

@@ -125,48 +125,42 @@ def history(spark: SparkSession, settings: Settings, wanted: str, *, as_of: dt.d
                          "--topic/--partition")
     own = _records(messages, seeds).cache()
     try:  # a server answers lookup after lookup: the found records are not kept cached
-        return _story(spark, settings, wanted, messages, seeds, own, as_of or default_as_of(messages), policies,
-                      max_hops, started)
+        as_of = as_of or default_as_of(messages)
+        mine = stored_copies(own, policies).select("rowId", "uniqueId").collect()
+        own_rows, keys = {r["rowId"] for r in mine}, {r["uniqueId"] for r in mine}
+
+        involved = _targets(policies, {r["topic"] for r in own.select("topic").distinct().collect()})
+        coupled = {t for t in involved if is_coupled_topic(policies, t)}
+        whole: set[str] = set()
+        related = own
+        if coupled:
+            lake_topics = [r["topic"] for r in messages.select("topic").distinct().collect()]
+            whole = _upstream(policies, lake_topics, coupled) | coupled
+            related = (own.unionByName(messages.where(F.col("topic").isin(sorted(whole))))
+                       .dropDuplicates(list(MESSAGES_TABLE.key)))
+            involved |= _targets(policies, whole)
+
+        events = lake_table(spark, settings, "consumer_events")
+        if events is not None:
+            events = conform_events(events).where(F.col("topic").isin(sorted(involved)))
+            if not whole:  # in a coupled topic the others' consumption moves the queue too
+                events = events.where(event_key().isin(sorted(keys | {s["messageId"] for s in seeds})))
+        offsets = lake_table(spark, settings, "consumer_offsets")
+        if offsets is not None:
+            offsets = offsets.where(F.col("topic").isin(sorted(involved)))
+        arrivals = topic_arrivals(messages.where(F.col("topic").isin(sorted(involved))))
+        result = evaluate(related, policies, as_of, consumer_events=events, consumer_offsets=offsets,
+                          max_hops=max_hops, topics=arrivals)
+        copies = _descendants(result.states.where(F.col("uniqueId").isin(sorted(keys))).collect(), own_rows)
+        by_copy: dict[str, list[dict]] = {}
+        for e in (result.events.where(F.col("rowId").isin([c["rowId"] for c in copies])).orderBy("rowId", "seq")
+                  .collect()):
+            by_copy.setdefault(e["rowId"], []).append(_utc(e.asDict(recursive=True)))
+        for c in copies:
+            c["events"] = by_copy.get(c["rowId"], [])
+        return Story(wanted, as_of, copies, sorted(whole), time.monotonic() - started)
     finally:
         own.unpersist()
-
-
-def _story(spark: SparkSession, settings: Settings, wanted: str, messages: DataFrame, seeds: list, own: DataFrame,
-           as_of: dt.datetime, policies: Policies, max_hops: int, started: float) -> Story:
-    """:func:`history` once the seeds' own records (``own``) are found."""
-    mine = stored_copies(own, policies).select("rowId", "uniqueId").collect()
-    own_rows, keys = {r["rowId"] for r in mine}, {r["uniqueId"] for r in mine}
-
-    involved = _targets(policies, {r["topic"] for r in own.select("topic").distinct().collect()})
-    coupled = {t for t in involved if is_coupled_topic(policies, t)}
-    whole: set[str] = set()
-    related = own
-    if coupled:
-        lake_topics = [r["topic"] for r in messages.select("topic").distinct().collect()]
-        whole = _upstream(policies, lake_topics, coupled) | coupled
-        related = (own.unionByName(messages.where(F.col("topic").isin(sorted(whole))))
-                   .dropDuplicates(list(MESSAGES_TABLE.key)))
-        involved |= _targets(policies, whole)
-
-    events = lake_table(spark, settings, "consumer_events")
-    if events is not None:
-        events = conform_events(events).where(F.col("topic").isin(sorted(involved)))
-        if not whole:  # in a coupled topic the others' consumption moves the queue too
-            events = events.where(event_key().isin(sorted(keys | {s["messageId"] for s in seeds})))
-    offsets = lake_table(spark, settings, "consumer_offsets")
-    if offsets is not None:
-        offsets = offsets.where(F.col("topic").isin(sorted(involved)))
-    arrivals = topic_arrivals(messages.where(F.col("topic").isin(sorted(involved))))
-    result = evaluate(related, policies, as_of, consumer_events=events, consumer_offsets=offsets,
-                      max_hops=max_hops, topics=arrivals)
-    copies = _descendants(result.states.where(F.col("uniqueId").isin(sorted(keys))).collect(), own_rows)
-    by_copy: dict[str, list[dict]] = {}
-    for e in (result.events.where(F.col("rowId").isin([c["rowId"] for c in copies])).orderBy("rowId", "seq")
-              .collect()):
-        by_copy.setdefault(e["rowId"], []).append(_utc(e.asDict(recursive=True)))
-    for c in copies:
-        c["events"] = by_copy.get(c["rowId"], [])
-    return Story(wanted, as_of, copies, sorted(whole), time.monotonic() - started)
 
 
 def _records(messages: DataFrame, seeds: list) -> DataFrame:

@@ -63,14 +63,14 @@ class Loaded:
 
 def load_policies(path: str) -> dict[str, dict]:
     """Topic policies from a YAML file: a ``policies:`` mapping (a settings file) or the bare mapping."""
-    from msglake.pipelines.settings import from_dict
+    from msglake.pipelines.settings import checked_policies
 
     with open(path, "rb") as f:
         doc = yaml.safe_load(f) or {}
     if not isinstance(doc, dict):
         raise ConfigError(f"{path}: expected a mapping of topic pattern -> policy")
     doc = doc.get("policies", doc) if "policies" in doc else doc
-    return policy_dicts(from_dict({"policies": doc}, path).policies)
+    return checked_policies(doc, path)
 
 
 def policies_of(settings: Settings) -> dict[str, dict]:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pyarrow.flight as flight
 
-from msglake.errors import MsglakeError, describe, spark_message
+from msglake.errors import ConfigError, MsglakeError, describe, spark_message
 from msglake.pipelines.io import flightsql
 from msglake.pipelines.settings import Settings
 
@@ -213,8 +213,6 @@ MAX_PARTITION = (1 << 31) - 1
 
 def _request(body: bytes, what: str) -> dict:
     """An action's body: a JSON object, else a ConfigError naming ``what``."""
-    from msglake.errors import ConfigError
-
     try:
         request = json.loads(body)
     except ValueError:
@@ -229,8 +227,7 @@ def history_request(body: bytes) -> dict:
     every field is taken only as the type the command gives it, within bounds."""
     import datetime as dt
 
-    from msglake.errors import ConfigError
-    from msglake.pipelines.settings import from_dict, policy_dicts
+    from msglake.pipelines.settings import checked_policies
 
     request = _request(body, "history request")
 
@@ -255,7 +252,7 @@ def history_request(body: bytes) -> dict:
         raise ConfigError(f"history request: asOf: not an ISO-8601 time: {as_of!r}") from None
     if as_of is not None and as_of.tzinfo is None:
         raise ConfigError("history request: asOf: give a zone")
-    policies = policy_dicts(from_dict({"policies": field("policies", (dict,), {})}, "history request").policies)
+    policies = checked_policies(field("policies", (dict,), {}), "history request")
     return {"id": wanted, "as_of": as_of, "topic": field("topic", (str,)), "partition": partition,
             "max_hops": max_hops, "format": fmt, "policies": policies}
 
