@@ -16,7 +16,7 @@ import pyarrow as pa
 
 ENV = "MSGLAKE_NATIVE"
 #: The extension's ``API_VERSION`` these codecs call (``native/src/lib.rs``).
-API_VERSION = 3
+API_VERSION = 4
 _warned = False
 
 
@@ -86,42 +86,17 @@ def _warn_once(why: str) -> None:
                       "`pip install ./native` (needs Rust/cargo, https://rustup.rs)", RuntimeWarning, stacklevel=3)
 
 
-def validity(valid: np.ndarray | None) -> pa.Buffer | None:
-    """An Arrow validity bitmap of a bool array; None (all valid) when there is no False."""
-    return None if valid is None or valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+def arrow(batch) -> pa.RecordBatch:
+    """What a native step made (a ``msglake_native.Batch``) as a record batch, imported through
+    the Arrow C Data Interface: pyarrow's arrays lie over the core's buffers, nothing is copied."""
+    return pa.record_batch(batch)
 
 
-def strings(offsets_data: tuple, valid: np.ndarray | None = None, typ: pa.DataType = pa.string()) -> pa.Array:
-    """An Arrow string (or binary) array over the core's (int32 offsets, data) buffers, without a copy;
-    null where ``valid`` is False."""
-    off, data = offsets_data
-    return pa.Array.from_buffers(typ, len(off) // 4 - 1, [validity(valid), pa.py_buffer(off), pa.py_buffer(data)])
+def numbers(batch: pa.RecordBatch, name: str) -> np.ndarray:
+    """A number column of a native batch as NumPy, without a copy (booleans are unpacked)."""
+    return batch.column(name).to_numpy(zero_copy_only=False)
 
 
-def optional_strings(column: tuple) -> pa.Array:
-    """A string array from the core's (offsets, data, validity bytes)."""
-    off, data, valid = column
-    return strings((off, data), np.frombuffer(valid, np.bool_))
-
-
-def optional_ints(column: tuple, typ: pa.DataType = pa.int64()) -> pa.Array:
-    """An array of ``typ`` from the core's (int64 values, validity bytes): without a copy for a
-    64-bit type (int64, timestamp), cast otherwise."""
-    values, valid = column
-    mask = validity(np.frombuffer(valid, np.bool_))
-    if typ.bit_width == 64:
-        return pa.Array.from_buffers(typ, len(values) // 8, [mask, pa.py_buffer(values)])
-    return pa.Array.from_buffers(pa.int64(), len(values) // 8, [mask, pa.py_buffer(values)]).cast(typ)
-
-
-def string_lists(column: tuple) -> pa.Array:
-    """A list<string> array from the core's (list offsets, list validity, value offsets, value data)."""
-    off, valid, value_off, value_data = column
-    n = len(off) // 4 - 1
-    return pa.Array.from_buffers(pa.list_(pa.string()), n, [validity(np.frombuffer(valid, np.bool_)), pa.py_buffer(off)],
-                                 children=[strings((value_off, value_data))])
-
-
-def string_maps(offsets: bytes, keys: pa.Array, values: pa.Array) -> pa.Array:
-    """A map<string, string> array of ``keys``/``values`` split at the core's int32 ``offsets``."""
-    return pa.MapArray.from_arrays(pa.array(np.frombuffer(offsets, np.int32)), keys, values)
+def columns(batch: pa.RecordBatch, skip: tuple[str, ...] = ()) -> dict[str, pa.Array]:
+    """The columns of a native batch by name, but those in ``skip``."""
+    return {name: col for name, col in zip(batch.schema.names, batch.columns) if name not in skip}

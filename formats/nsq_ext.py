@@ -91,8 +91,8 @@ def frame(buf, start: int, end: int, core=None) -> Framing:
     ([0], 5, 'incomplete')
     """
     if core is not None:
-        raw, pos, kind, bad = core.nsq_frame(buf, start, end)
-        return _framing(np.frombuffer(raw, np.int64), pos, kind, bad)
+        at, pos, kind, bad = core.nsq_frame(buf, start, end)
+        return _framing(NV.numbers(NV.arrow(at), "positions"), pos, kind, bad)
     positions: list[int] = []
     append = positions.append
     unpack = _LEN.unpack_from
@@ -118,13 +118,13 @@ def frame(buf, start: int, end: int, core=None) -> Framing:
 _NOT_PROPERTIES = (sorted(H.COLUMN_HEADERS), list(H.RESERVED_PREFIXES))
 
 
-def frame_chunk(buf, core=None) -> tuple[Framing, dict | None]:
+def frame_chunk(buf, core=None) -> tuple[Framing, pa.RecordBatch | None]:
     """:func:`frame` of a whole chunk; with the native ``core``, also the chunk's rows when every
     record in it is plain (decoded in the same pass, see ``native/src/nsq/chunk.rs``), else None."""
     if core is None:
         return frame(buf, 0, len(buf)), None
-    raw, pos, kind, bad, plain = core.nsq_chunk(buf, 0, len(buf), *_NOT_PROPERTIES)
-    return _framing(np.frombuffer(raw, np.int64), pos, kind, bad), plain
+    at, pos, kind, bad, plain = core.nsq_chunk(buf, 0, len(buf), *_NOT_PROPERTIES)
+    return _framing(NV.numbers(NV.arrow(at), "positions"), pos, kind, bad), None if plain is None else NV.arrow(plain)
 
 
 def _framing(at: np.ndarray, pos: int, kind: str, bad: int) -> Framing:
@@ -182,16 +182,17 @@ class _Fields:
 
 def _native_fields(buf: np.ndarray, pos: np.ndarray, n: np.ndarray, core) -> _Fields:
     """:func:`_python_fields` by the native core, in one pass over the records."""
-    d = core.nsq_fields(buf, pos, n)
-    ok = np.frombuffer(d["ok"], np.bool_).copy()
+    fields, reasons = core.nsq_fields(buf, pos, n)
+    d = NV.arrow(fields)
+    ok = NV.numbers(d, "ok").copy()
     reason = np.full(len(pos), None, dtype=object)
-    for i, why in d["reasons"]:
+    for i, why in reasons:
         reason[i] = why
-    ver = np.frombuffer(d["ver"], np.int16).astype(np.int64)
-    ext_start, ext_end = np.frombuffer(d["ext_start"], np.int64), np.frombuffer(d["ext_end"], np.int64)
-    return _Fields(ok, reason, np.frombuffer(d["ts_ns"], np.int64), np.frombuffer(d["attempts"], np.int32),
-                   np.frombuffer(d["msg_id"], np.uint64), np.frombuffer(d["trace"], np.uint64), ver,
-                   ok & (ver > NO_EXT_VER), ext_start, ext_end - ext_start, np.frombuffer(d["body_start"], np.int64))
+    ver = NV.numbers(d, "ver").astype(np.int64)
+    ext_start, ext_end = NV.numbers(d, "ext_start"), NV.numbers(d, "ext_end")
+    return _Fields(ok, reason, NV.numbers(d, "ts_ns"), NV.numbers(d, "attempts"), NV.numbers(d, "msg_id"),
+                   NV.numbers(d, "trace"), ver, ok & (ver > NO_EXT_VER), ext_start, ext_end - ext_start,
+                   NV.numbers(d, "body_start"))
 
 
 def _python_fields(buf: np.ndarray, pos: np.ndarray, n: np.ndarray, core=None) -> _Fields:
@@ -241,22 +242,26 @@ def _python_fields(buf: np.ndarray, pos: np.ndarray, n: np.ndarray, core=None) -
                    ext_len, body_start)
 
 
-def _native_gather(core):
-    """:func:`msglake.formats.base.gather_slices` by the native core (one copy of the bytes taken)."""
-    def gather(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        off, data = core.gather(buf, starts.astype(np.int64), ends.astype(np.int64))
-        return np.frombuffer(off, np.int32), np.frombuffer(data, np.uint8)
+def _gather_binary(core):
+    """``buf[starts[i]:ends[i]]`` for every i as an Arrow binary array (one copy of the bytes
+    taken): :func:`msglake.formats.base.gather_slices`, or the native core's."""
+    def gather(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+        if core is None:
+            return binary_array(*gather_slices(buf, starts, ends))
+        return NV.arrow(core.gather(buf, starts.astype(np.int64), ends.astype(np.int64))).column("values")
     return gather
 
 
 def _native_scanner(core):
     """:func:`msglake.formats.nsq_json.scan` by the native core: the same pairs, or None."""
     def scan(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> H.Pairs | None:
-        d = core.nsq_scan_headers(buf, starts.astype(np.int64), ends.astype(np.int64))
-        if d is None:
+        found = core.nsq_scan_headers(buf, starts.astype(np.int64), ends.astype(np.int64))
+        if found is None:
             return None
-        return H.Pairs(np.frombuffer(d["counts"], np.int64), d["names"], np.frombuffer(d["code"], np.int64),
-                       np.frombuffer(d["is_int"], np.bool_), NV.strings(d["texts"]))
+        counts, names, pairs = found
+        p = NV.arrow(pairs)
+        return H.Pairs(NV.numbers(NV.arrow(counts), "counts"), names, NV.numbers(p, "code"), NV.numbers(p, "is_int"),
+                       p.column("text"))
     return scan
 
 
@@ -276,7 +281,7 @@ def decode_chunk(
     store_host: str | None,
     quarantine: QuarantineBuilder,
     core=None,
-    plain: dict | None = None,
+    plain: pa.RecordBatch | None = None,
 ) -> ChunkDecode:
     """Decode the framed records of ``buf`` (file bytes starting at file position ``base``).
 
@@ -291,10 +296,9 @@ def decode_chunk(
             quarantine.add(base + p, buf[p : p + 4 + ln].tobytes(), seg.problem)
         return ChunkDecode(None, 0)
     if plain is not None:
-        body_off = np.frombuffer(plain["body"][0], np.int32)
-        batch = _batch(H.native_header_columns(plain), seg, store_host, base + pos, n + 4,
-                       NV.strings(plain["message_id"]), np.frombuffer(plain["store_us"], np.int64),
-                       np.frombuffer(plain["attempts"], np.int32), body_off, plain["body"][1])
+        own = ("store_us", "attempts", "messageId", "body")
+        batch = _batch(NV.columns(plain, skip=own), seg, store_host, base + pos, n + 4, plain.column("messageId"),
+                       NV.numbers(plain, "store_us"), NV.numbers(plain, "attempts"), plain.column("body"))
         return ChunkDecode(batch, int((n + 4).sum()))
 
     rec_end = pos + 4 + n
@@ -360,17 +364,16 @@ def decode_chunk(
     )
     columns["tags"] = pc.coalesce(columns["tags"], scatter(tags_v2, tag_where, m))
 
-    body_off, body_data = (gather_slices if core is None else _native_gather(core))(buf, body_start[rows],
-                                                                                    rec_end[rows])
+    body = _gather_binary(core)(buf, body_start[rows], rec_end[rows])
     batch = _batch(columns, seg, store_host, base + pos[rows], n[rows] + 4,
                    pa.array(msg_id[rows], pa.uint64()).cast(pa.string()), ts_ns[rows] // 1000,
-                   attempts[rows].astype(np.int32), body_off, body_data)
+                   attempts[rows].astype(np.int32), body)
     return ChunkDecode(batch, int((n[rows] + 4).sum()))
 
 
 def _batch(columns: dict[str, pa.Array], seg: SegmentInfo, store_host: str | None, positions: np.ndarray,
            record_lengths: np.ndarray, message_id: pa.Array, store_us: np.ndarray, attempts: np.ndarray,
-           body_off: np.ndarray, body_data) -> pa.RecordBatch:
+           body: pa.Array) -> pa.RecordBatch:
     """The source batch of decoded records: their header columns and the record's own fields."""
     m = len(positions)
     columns["priority"] = pc.fill_null(columns["priority"], DEFAULT_PRIORITY)
@@ -389,8 +392,8 @@ def _batch(columns: dict[str, pa.Array], seg: SegmentInfo, store_host: str | Non
             "storeTimestamp": pa.array(store_us, pa.int64()).cast(TS),
             "storeHost": constant(store_host, m),
             "deliveryCount": pa.array(attempts),
-            "body": binary_array(body_off, body_data),
-            "bodySize": pa.array(np.diff(body_off).astype(np.int32)),
+            "body": body,
+            "bodySize": pc.binary_length(body),  # int32, as the schema's bodySize
             "recordLength": pa.array(record_lengths),
             "systemCopy": pa.array(np.zeros(m, np.bool_)),  # NSQ keeps no internal copies
         }

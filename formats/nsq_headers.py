@@ -405,25 +405,9 @@ def _native_columns(core, pairs: Pairs, rows: np.ndarray | None, n: int | None) 
     data = np.frombuffer(texts.buffers()[2] or b"", np.uint8)
     counts, code = np.ascontiguousarray(pairs.counts, np.int64), np.ascontiguousarray(pairs.code, np.int64)
     is_int = np.ascontiguousarray(pairs.is_int, np.bool_).view(np.uint8)
-    d = core.nsq_header_columns(pairs.names, [is_user_property(key) for key in pairs.names], counts, code, is_int,
-                                offsets.view(np.uint8), data, rows, k if n is None else n)
-    return native_header_columns(d)
-
-
-def native_header_columns(d: dict) -> dict[str, pa.Array]:
-    """The columns :func:`header_columns` makes, from the native core's buffers of them."""
-    col = {key: NV.optional_ints(d[key], TS) for key in _TS_HEADERS}
-    col.update({key: NV.optional_strings(d[key]) for key in _STR_HEADERS})
-    col["priority"] = NV.optional_ints(d["priority"], pa.int32())
-    col["durability"] = NV.optional_ints(d["durability"], pa.int32())
-    col["delayTime"] = NV.optional_ints(d["delayTime"])
-    for key in ("traceId", "messageKey", "tags", "compression"):
-        col[key] = NV.optional_strings(d[key])
-    col["keys"] = NV.string_lists(d["keys"])
-    for key in ("headers", "properties"):
-        offsets, keys, values = d[key]
-        col[key] = NV.string_maps(offsets, NV.strings(keys), NV.strings(values))
-    return col
+    batch = core.nsq_header_columns(pairs.names, [is_user_property(key) for key in pairs.names], counts, code,
+                                    is_int, offsets.view(np.uint8), data, rows, k if n is None else n)
+    return NV.columns(NV.arrow(batch))
 
 
 def _maps(counts: np.ndarray, keys: pa.Array, values: pa.Array) -> pa.Array:

@@ -92,8 +92,9 @@ class Framing:
     kind: str
     why: str = ""
     need: int = 0  # for "incomplete": the TOTALSIZE of the record at ``stop``
-    #: The records already decoded by the native core as it walked them (:meth:`RocketMqCommitLogCodec._frame`).
-    decoded: dict | None = None
+    #: The records already decoded by the native core as it walked them (:meth:`RocketMqCommitLogCodec._frame`):
+    #: their rows, and (record index, why) of those that failed a check.
+    decoded: tuple[pa.RecordBatch, list] | None = None
 
 
 _PHY_FLAG = struct.Struct(">qi")  # PHYSICALOFFSET, SYSFLAG
@@ -144,9 +145,10 @@ def walk(buf, start: int, end: int, hard_end: int, phys_base: int, file_end: int
     checks each record as it steps.
     """
     if core is not None:
-        at, lengths, stop, kind, why, need = core.rmq_walk(buf, start, end, hard_end, phys_base,
-                                                           hard_end if file_end is None else file_end)
-        return Framing(np.frombuffer(at, np.int64), np.frombuffer(lengths, np.int64), stop, kind, why, need)
+        at, stop, kind, why, need = core.rmq_walk(buf, start, end, hard_end, phys_base,
+                                                  hard_end if file_end is None else file_end)
+        at = NV.arrow(at)
+        return Framing(NV.numbers(at, "positions"), NV.numbers(at, "lengths"), stop, kind, why, need)
     fr = _chain(buf, start, end, hard_end, file_end)
     bad = _first_misframed(buf, fr.positions, fr.lengths, phys_base)
     if bad is None:
@@ -491,55 +493,34 @@ def _python_messages(buf: np.ndarray, p: np.ndarray, tot: np.ndarray, verify_crc
 _NATIVE_RULES = (sorted(L.RESERVED_KEYS), sorted(L.SYSTEM_TOPICS), L.SYSTEM_TOPIC_PREFIX)
 
 
-def _native_messages(d: dict, n: int) -> _Messages:
-    """:func:`_python_messages` by the native core, from the columns it made of a chunk's ``n``
-    records as it walked them (``rmq_chunk``), handed over as buffers; with the columns of
-    ``RocketMqCommitLogCodec._property_columns`` too."""
+def _native_messages(decoded: tuple[pa.RecordBatch, list], n: int) -> _Messages:
+    """:func:`_python_messages` by the native core, from the rows it made of a chunk's ``n``
+    records as it walked them (``rmq_chunk``), handed over through the Arrow C Data Interface;
+    with the columns of ``RocketMqCommitLogCodec._property_columns`` too."""
+    rows, reasons = decoded
     r = _Reasons(n)
-    for i, why in d["reasons"]:
+    for i, why in reasons:
         r.reason[i] = why
         r.ok[i] = False
-    col = {k: np.frombuffer(d[k], t) for k, t in _NATIVE_COLUMNS.items()}
-    m = len(col["outer"])
-    valid = np.frombuffer(d["uniq_first_valid"], np.bool_)
-    keys, values = _strings(d["prop_keys"]), _strings(d["prop_values"])
+    num = {name: NV.numbers(rows, name) for name in _NATIVE_NUMBERS}
     return _Messages(
-        r, col["outer"], col["pos"], col["flag"], col["crc"], col["length"], _strings(d["topic"]), None,
-        _strings(d["body"], typ=pa.binary()), queue_id=col["queue_id"], queue_offset=col["queue_offset"],
-        physical_offset=col["physical_offset"], sysflag=col["sysflag"].astype(np.int64), born_ms=col["born_ms"],
-        store_ms=col["store_ms"], reconsume=col["reconsume"], prepared=col["prepared"],
-        born_host=_strings(d["born_host"]), store_host=_strings(d["store_host"]), message_id=_strings(d["message_id"]),
-        derived=_native_derived(d, keys, values),
-        producer_unique_id=_strings(d["uniq_first"], valid),
+        r, num["outer"], num["pos"], num["flag"], num["crc"], num["length"], rows.column("topic"), None,
+        rows.column("body"), queue_id=num["queue_id"], queue_offset=num["queue_offset"],
+        physical_offset=num["physical_offset"], sysflag=num["sysflag"].astype(np.int64), born_ms=num["born_ms"],
+        store_ms=num["store_ms"], reconsume=num["reconsume"], prepared=num["prepared"],
+        born_host=rows.column("bornHost"), store_host=rows.column("storeHost"), message_id=rows.column("messageId"),
+        derived=NV.columns(rows, skip=_NATIVE_NUMBERS + _NATIVE_FIELDS),
+        producer_unique_id=rows.column("producerUniqueId"),
     )
 
 
-def _native_derived(d: dict, keys: pa.Array, values: pa.Array) -> dict[str, pa.Array]:
-    """The native core's property columns as Arrow arrays (no copies of their buffers)."""
-    text = {name: NV.optional_strings(d[key]) for name, key in (
-        ("uniqueId", "uniq"), ("traceId", "trace"), ("transactionId", "transaction_id"),
-        ("correlationId", "correlation"), ("messageKey", "sharding"), ("tags", "tags"),
-        ("messageType", "message_type"), ("transactionState", "transaction_state"))}
-    return {
-        **text,
-        "delayTime": NV.optional_ints(d["delay_ms"]),
-        "startDeliverTime": NV.optional_ints(d["deliver_us"], TS),
-        "expireTime": NV.optional_ints(d["expire_us"], TS),
-        "keys": NV.string_lists(d["keys"]),
-        "systemCopy": pa.array(np.frombuffer(d["system_copy"], np.bool_)),
-        "properties": NV.string_maps(d["user_offsets"], _strings(d["user_keys"]), _strings(d["user_values"])),
-        "headers": NV.string_maps(d["header_offsets"], keys, values),
-    }
+#: The record's fields in a native batch: numbers the Python steps go on with, and columns taken
+#: as they are; its other columns are those ``_property_columns`` makes.
+_NATIVE_NUMBERS = ("outer", "pos", "flag", "crc", "length", "queue_id", "queue_offset", "physical_offset",
+                   "sysflag", "born_ms", "store_ms", "reconsume", "prepared")
+_NATIVE_FIELDS = ("topic", "body", "bornHost", "storeHost", "messageId", "producerUniqueId")
 
 
-_NATIVE_COLUMNS = {
-    "outer": np.int64, "pos": np.int64, "flag": np.int32, "crc": np.int32, "length": np.int64,
-    "queue_id": np.int32, "queue_offset": np.int64, "physical_offset": np.int64, "sysflag": np.int32,
-    "born_ms": np.int64, "store_ms": np.int64, "reconsume": np.int32, "prepared": np.int64,
-}
-
-
-_strings = NV.strings
 
 #: COMPRESSIONTYPE (SYSFLAG bits 8-10) -> the compression column's name.
 _CODEC_NAMES = np.array([L.COMPRESSION_TYPES.get(t, f"unknown({t})") for t in range(8)], dtype=object)
@@ -860,10 +841,12 @@ class RocketMqCommitLogCodec(NativeCodec):
         walks it (while its bytes are in cache), the Python path decodes after the walk."""
         if self._core is None:
             return walk(data, 0, len(data), hard_end, phys_base, file_end)
-        at, lengths, stop, kind, why, need, decoded = self._core.rmq_chunk(
+        at, stop, kind, why, need, rows, reasons = self._core.rmq_chunk(
             data, 0, len(data), hard_end, phys_base, file_end, self.verify_crc, self.delay_levels.tolist(),
             *_NATIVE_RULES)
-        return Framing(np.frombuffer(at, np.int64), np.frombuffer(lengths, np.int64), stop, kind, why, need, decoded)
+        at = NV.arrow(at)
+        return Framing(NV.numbers(at, "positions"), NV.numbers(at, "lengths"), stop, kind, why, need,
+                       (NV.arrow(rows), reasons))
 
     def _quarantine(self, fd: int, seg: SegmentInfo, a: int, b: int, reason: str) -> Iterator[DecodeResult]:
         """Quarantine raw bytes ``[a, b)`` of a file, a few rows at a time.

@@ -1,14 +1,11 @@
-//! Byte views of Python buffers in, little-endian column buffers out.
+//! Byte views of Python buffers in; the growing column vectors the decoders fill.
 //!
-//! Inputs are any C-contiguous buffer (bytes, mmap, a NumPy array) read in place. Outputs are
-//! `bytes` objects that Python wraps with `np.frombuffer` / `pa.py_buffer` without a copy.
-
-use std::ffi::{c_int, c_void};
+//! Inputs are any C-contiguous buffer (bytes, mmap, a NumPy array) read in place. What the
+//! decoders fill leaves as Arrow arrays (`crate::arrow`).
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::ffi;
 
 use crate::read::{prefetch, AHEAD};
 
@@ -53,85 +50,6 @@ impl I64s {
     }
 }
 
-/// The values a [`Buffer`] owns: bytes, or numbers lent as their bytes.
-pub enum Data {
-    U8(Vec<u8>),
-    I16(Vec<i16>),
-    I32(Vec<i32>),
-    I64(Vec<i64>),
-    U64(Vec<u64>),
-}
-
-impl Data {
-    fn bytes(&self) -> &[u8] {
-        fn raw<T>(v: &[T]) -> &[u8] {
-            // SAFETY: plain number types, read as the bytes they lie in memory as.
-            unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
-        }
-        match self {
-            Data::U8(v) => v,
-            Data::I16(v) => raw(v),
-            Data::I32(v) => raw(v),
-            Data::I64(v) => raw(v),
-            Data::U64(v) => raw(v),
-        }
-    }
-}
-
-/// Number vectors a [`Buffer`] can own.
-pub trait Values {
-    fn into_data(self) -> Data;
-}
-
-macro_rules! values {
-    ($($t:ty => $v:ident),*) => {$(
-        impl Values for Vec<$t> {
-            fn into_data(self) -> Data {
-                Data::$v(self)
-            }
-        }
-    )*};
-}
-values!(u8 => U8, i16 => I16, i32 => I32, i64 => I64, u64 => U64);
-
-/// Values made here, lent to Python through the buffer protocol: `pa.py_buffer` and
-/// `np.frombuffer` wrap them where they lie, so no column is copied again.
-#[pyclass(frozen, module = "msglake_native")]
-pub struct Buffer {
-    data: Data,
-}
-
-#[pymethods]
-impl Buffer {
-    /// # Safety
-    /// Called by Python with a valid `view`; the data lives as long as this object, which
-    /// the view holds a reference to (`PyBuffer_FillInfo` takes it), and is never resized.
-    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
-        let data = slf.get().data.bytes();
-        let rc = ffi::PyBuffer_FillInfo(view, slf.as_ptr(), data.as_ptr() as *mut c_void, data.len() as ffi::Py_ssize_t,
-                                        1, flags);
-        if rc == -1 {
-            return Err(PyErr::fetch(slf.py()));
-        }
-        Ok(())
-    }
-
-    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
-
-    /// Length in bytes.
-    fn __len__(&self) -> usize {
-        self.data.bytes().len()
-    }
-}
-
-/// A column of values handed to Python without a copy.
-pub fn column<T>(py: Python<'_>, values: Vec<T>) -> PyResult<Bound<'_, Buffer>>
-where
-    Vec<T>: Values,
-{
-    Bound::new(py, Buffer { data: values.into_data() })
-}
-
 /// Variable-length values (binary or UTF-8) as Arrow's int32 offsets and one data buffer.
 #[derive(Default, Debug)]
 pub struct Binary {
@@ -150,12 +68,6 @@ impl Binary {
     pub fn push(&mut self, value: &[u8]) {
         append(&mut self.data, value);
         self.offsets.push(self.data.len() as i32);
-    }
-
-    /// (int32 offsets, data) for Python, lent, not copied.
-    pub fn into_py(self, py: Python<'_>) -> PyResult<(Bound<'_, Buffer>, Bound<'_, Buffer>)> {
-        let offsets = if self.offsets.is_empty() { vec![0] } else { self.offsets };
-        Ok((column(py, offsets)?, column(py, self.data)?))
     }
 }
 

@@ -2,10 +2,11 @@
 //!
 //! The Python codecs in `formats/` stay the reference and keep their API; they call these
 //! functions for their hot inner steps (framing walks, fixed fields, headers/properties,
-//! CRC32, host and id formatting) and build the same Arrow columns from the buffers returned.
-//! Every column comes back as a `bytes` object (fixed-width values in native order, or Arrow
-//! int32 offsets + data) that Python wraps without a copy.
+//! CRC32, host and id formatting). What a step makes comes back as Arrow arrays, through the
+//! Arrow C Data Interface (`arrow::Batch`): the columns of the unified schema in their schema
+//! types, and the numbers the Python steps go on with (positions, fixed fields).
 
+mod arrow;
 mod buffers;
 mod digits;
 mod hash;
@@ -14,27 +15,42 @@ mod read;
 mod rocketmq;
 mod text;
 
+use arrow_array::types::{Int16Type, Int32Type, Int64Type, UInt64Type};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 
-use buffers::{column, gather as gather_slices, I64s, View};
+use arrow::{binary, flags, numbers, optional, string_lists, string_maps, timestamps, utf8, Batch, Columns};
+use buffers::{gather as gather_slices, I64s, View};
 
-/// `buf[starts[i]:ends[i]]` concatenated: (int32 offsets, data), for an Arrow binary array.
+/// `buf[starts[i]:ends[i]]` for every i, as a batch of one binary column, `values`.
 #[pyfunction]
 fn gather<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, starts: &Bound<'py, PyAny>, ends: &Bound<'py, PyAny>)
-    -> PyResult<(Bound<'py, buffers::Buffer>, Bound<'py, buffers::Buffer>)> {
+    -> PyResult<Bound<'py, Batch>> {
     let (buf, starts, ends) = (View::new(buf)?, I64s::new(starts)?, I64s::new(ends)?);
     let out = py.allow_threads(|| gather_slices(buf.bytes(), starts.values(), ends.values()));
-    out.into_py(py)
+    let n = starts.values().len();
+    let mut c = Columns::new();
+    c.add("values", binary(out));
+    c.into_py(py, n)
 }
 
-/// NSQ: the records of `buf[start:end]`: (int64 positions, stop, kind, bad length prefix).
+/// Record positions (int64 column `positions`), with `lengths` when given.
+fn positions(py: Python<'_>, at: Vec<i64>, lengths: Option<Vec<i64>>) -> PyResult<Bound<'_, Batch>> {
+    let n = at.len();
+    let mut c = Columns::new();
+    c.add("positions", numbers::<Int64Type>(at));
+    if let Some(lengths) = lengths {
+        c.add("lengths", numbers::<Int64Type>(lengths));
+    }
+    c.into_py(py, n)
+}
+
+/// NSQ: the records of `buf[start:end]`: (positions, stop, kind, bad length prefix).
 #[pyfunction]
 fn nsq_frame<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64)
-    -> PyResult<(Bound<'py, buffers::Buffer>, i64, &'static str, i64)> {
+    -> PyResult<(Bound<'py, Batch>, i64, &'static str, i64)> {
     let view = View::new(buf)?;
     let fr = py.allow_threads(|| nsq::framing::frame(view.bytes(), start, end));
-    Ok((column(py, fr.positions)?, fr.stop, fr.kind.name(), fr.bad))
+    Ok((positions(py, fr.positions, None)?, fr.stop, fr.kind.name(), fr.bad))
 }
 
 /// NSQ: the walk without records: (stop, kind, boundaries about `every` bytes apart).
@@ -56,54 +72,55 @@ fn nsq_advance(py: Python<'_>, buf: &Bound<'_, PyAny>, start: i64, end: i64, lim
     Ok(py.allow_threads(|| nsq::framing::advance(view.bytes(), start, end, limit, max_bytes, max_records)))
 }
 
-/// NSQ: fixed header and ext block of every record, as a dict of column buffers.
+/// NSQ: fixed header and ext block of every record: (columns, [(record index, why)] of the
+/// records that fail a check).
 #[pyfunction]
 fn nsq_fields<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, positions: &Bound<'py, PyAny>,
-                   lengths: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
+                   lengths: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, Batch>, Vec<(usize, String)>)> {
     let (view, positions, lengths) = (View::new(buf)?, I64s::new(positions)?, I64s::new(lengths)?);
     let f = py.allow_threads(|| nsq::fields::read(view.bytes(), positions.values(), lengths.values()));
-    let d = PyDict::new(py);
-    let ok: Vec<u8> = f.ok.iter().map(|&b| b as u8).collect();
-    d.set_item("ok", column(py, ok)?)?;
-    d.set_item("reasons", f.reasons)?;
-    d.set_item("ts_ns", column(py, f.ts_ns)?)?;
-    d.set_item("attempts", column(py, f.attempts)?)?;
-    d.set_item("msg_id", column(py, f.msg_id)?)?;
-    d.set_item("trace", column(py, f.trace)?)?;
-    d.set_item("ver", column(py, f.ver)?)?;
-    d.set_item("ext_start", column(py, f.ext_start)?)?;
-    d.set_item("ext_end", column(py, f.ext_end)?)?;
-    d.set_item("body_start", column(py, f.body_start)?)?;
-    Ok(d)
+    let n = f.ok.len();
+    let mut c = Columns::new();
+    c.add("ok", flags(&f.ok))
+        .add("ts_ns", numbers::<Int64Type>(f.ts_ns))
+        .add("attempts", numbers::<Int32Type>(f.attempts))
+        .add("msg_id", numbers::<UInt64Type>(f.msg_id))
+        .add("trace", numbers::<UInt64Type>(f.trace))
+        .add("ver", numbers::<Int16Type>(f.ver))
+        .add("ext_start", numbers::<Int64Type>(f.ext_start))
+        .add("ext_end", numbers::<Int64Type>(f.ext_end))
+        .add("body_start", numbers::<Int64Type>(f.body_start));
+    Ok((c.into_py(py, n)?, f.reasons))
 }
 
-/// NSQ: the pairs of simple JSON headers `buf[starts[i]:ends[i]]`, or None (see nsq::json).
+/// NSQ: the pairs of simple JSON headers `buf[starts[i]:ends[i]]`, or None (see nsq::json):
+/// (pairs per record, header names, pairs: name `code`, `is_int`, `text`).
 #[pyfunction]
+#[allow(clippy::type_complexity)]
 fn nsq_scan_headers<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, starts: &Bound<'py, PyAny>,
-                         ends: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyDict>>> {
+                         ends: &Bound<'py, PyAny>)
+    -> PyResult<Option<(Bound<'py, Batch>, Vec<String>, Bound<'py, Batch>)>> {
     let (view, starts, ends) = (View::new(buf)?, I64s::new(starts)?, I64s::new(ends)?);
     let Some(p) = py.allow_threads(|| nsq::json::scan(view.bytes(), starts.values(), ends.values())) else {
         return Ok(None);
     };
-    let d = PyDict::new(py);
-    d.set_item("counts", column(py, p.counts)?)?;
-    d.set_item("names", p.names)?;
-    d.set_item("code", column(py, p.code)?)?;
-    let is_int: Vec<u8> = p.is_int.iter().map(|&b| b as u8).collect();
-    d.set_item("is_int", column(py, is_int)?)?;
-    d.set_item("texts", p.texts.into_py(py)?)?;
-    Ok(Some(d))
+    let (records, pairs) = (p.counts.len(), p.code.len());
+    let mut counts = Columns::new();
+    counts.add("counts", numbers::<Int64Type>(p.counts));
+    let mut c = Columns::new();
+    c.add("code", numbers::<Int64Type>(p.code)).add("is_int", flags(&p.is_int)).add("text", utf8(p.texts, None));
+    Ok(Some((counts.into_py(py, records)?, p.names, c.into_py(py, pairs)?)))
 }
 
 /// NSQ: frame `buf[start:end]` and, when every record is plain (`nsq::chunk`), decode it in
-/// the same pass: (int64 positions, stop, kind, bad length prefix, columns or None). The
-/// columns: `store_us`, `attempts`, `message_id`, `body` and the header columns of
-/// `nsq_header_columns`. `columns`/`prefixes`: header names that are no user property.
+/// the same pass: (positions, stop, kind, bad length prefix, rows or None). The rows:
+/// `store_us`, `attempts`, `messageId`, `body` and the header columns of `nsq_header_columns`.
+/// `columns`/`prefixes`: header names that are no user property.
 #[pyfunction]
 #[allow(clippy::type_complexity)]
 fn nsq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64, columns: Vec<String>,
                   prefixes: Vec<String>)
-    -> PyResult<(Bound<'py, buffers::Buffer>, i64, &'static str, i64, Option<Bound<'py, PyDict>>)> {
+    -> PyResult<(Bound<'py, Batch>, i64, &'static str, i64, Option<Bound<'py, Batch>>)> {
     let view = View::new(buf)?;
     let bytes = |words: Vec<String>| words.into_iter().map(String::into_bytes).collect();
     let users = nsq::chunk::UserProperties { columns: bytes(columns), prefixes: bytes(prefixes) };
@@ -112,27 +129,27 @@ fn nsq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64
     let rows = match c.rows {
         None => None,
         Some(r) => {
-            let d = nsq_columns_dict(py, r.headers)?;
-            d.set_item("store_us", column(py, r.store_us)?)?;
-            d.set_item("attempts", column(py, r.attempts)?)?;
-            d.set_item("message_id", r.message_id.into_py(py)?)?;
-            d.set_item("body", r.body.into_py(py)?)?;
-            Some(d)
+            let n = r.store_us.len();
+            let mut cols = nsq_header_batch(r.headers);
+            cols.add("store_us", numbers::<Int64Type>(r.store_us))
+                .add("attempts", numbers::<Int32Type>(r.attempts))
+                .add("messageId", utf8(r.message_id, None))
+                .add("body", binary(r.body));
+            Some(cols.into_py(py, n)?)
         }
     };
-    Ok((column(py, fr.positions)?, fr.stop, fr.kind.name(), fr.bad, rows))
+    Ok((positions(py, fr.positions, None)?, fr.stop, fr.kind.name(), fr.bad, rows))
 }
 
 /// RocketMQ: the framing walk (`formats/rocketmq_commitlog.py::walk`):
-/// (int64 positions, int64 lengths, stop, kind, why, need).
+/// (positions and lengths, stop, kind, why, need).
 #[pyfunction]
 #[allow(clippy::type_complexity)]
 fn rmq_walk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64, hard_end: i64, phys_base: i64,
-                 file_end: i64)
-    -> PyResult<(Bound<'py, buffers::Buffer>, Bound<'py, buffers::Buffer>, i64, &'static str, String, i64)> {
+                 file_end: i64) -> PyResult<(Bound<'py, Batch>, i64, &'static str, String, i64)> {
     let view = View::new(buf)?;
     let fr = py.allow_threads(|| rocketmq::framing::walk(view.bytes(), start, end, hard_end, phys_base, file_end));
-    Ok((column(py, fr.positions)?, column(py, fr.lengths)?, fr.stop, fr.kind.name(), fr.why, fr.need))
+    Ok((positions(py, fr.positions, Some(fr.lengths))?, fr.stop, fr.kind.name(), fr.why, fr.need))
 }
 
 /// RocketMQ: why the record of TOTALSIZE `size` at `pos` cannot be one, or None.
@@ -152,19 +169,18 @@ fn rmq_rules(delay_levels: Vec<i64>, reserved: Vec<String>, system_topics: Vec<S
 }
 
 /// RocketMQ: `rmq_walk`, decoding each record as the walk reaches it (while its bytes are in
-/// cache): (int64 positions, int64 lengths, stop, kind, why, need, columns). The columns: one
-/// row per message of the records that pass every check; `reasons` lists (record index, why)
-/// of the others.
+/// cache): (positions and lengths, stop, kind, why, need, rows, [(record index, why)]). The
+/// rows: one per message of the records that pass every check (see `messages_batch`); the
+/// list names the others.
 #[pyfunction]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn rmq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64, hard_end: i64, phys_base: i64,
                   file_end: i64, verify_crc: bool, delay_levels: Vec<i64>, reserved: Vec<String>,
                   system_topics: Vec<String>, system_prefix: String)
-    -> PyResult<(Bound<'py, buffers::Buffer>, Bound<'py, buffers::Buffer>, i64, &'static str, String, i64,
-                 Bound<'py, PyDict>)> {
+    -> PyResult<(Bound<'py, Batch>, i64, &'static str, String, i64, Bound<'py, Batch>, Vec<(usize, String)>)> {
     let view = View::new(buf)?;
     let rules = rmq_rules(delay_levels, reserved, system_topics, system_prefix);
-    let (fr, m) = py.allow_threads(|| {
+    let (fr, mut m) = py.allow_threads(|| {
         let bytes = view.bytes();
         let room = (end - start).max(0) as usize;
         let mut d = rocketmq::records::Decoder::new(bytes, verify_crc, &rules, room / 256, room);
@@ -172,40 +188,47 @@ fn rmq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64
                                               |i, p, size| d.record(i, p, size));
         (fr, d.finish())
     });
-    let d = messages_dict(py, m)?;
-    Ok((column(py, fr.positions)?, column(py, fr.lengths)?, fr.stop, fr.kind.name(), fr.why, fr.need, d))
+    let reasons = std::mem::take(&mut m.reasons);
+    Ok((positions(py, fr.positions, Some(fr.lengths))?, fr.stop, fr.kind.name(), fr.why, fr.need,
+        messages_batch(py, m)?, reasons))
 }
 
-/// The decoded RocketMQ messages as a dict of column buffers.
-fn messages_dict(py: Python<'_>, m: rocketmq::records::Messages) -> PyResult<Bound<'_, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("reasons", m.reasons)?;
-    d.set_item("outer", column(py, m.outer)?)?;
-    d.set_item("pos", column(py, m.pos)?)?;
-    d.set_item("flag", column(py, m.flag)?)?;
-    d.set_item("crc", column(py, m.crc)?)?;
-    d.set_item("length", column(py, m.length)?)?;
-    d.set_item("queue_id", column(py, m.queue_id)?)?;
-    d.set_item("queue_offset", column(py, m.queue_offset)?)?;
-    d.set_item("physical_offset", column(py, m.physical_offset)?)?;
-    d.set_item("sysflag", column(py, m.sysflag)?)?;
-    d.set_item("born_ms", column(py, m.born_ms)?)?;
-    d.set_item("store_ms", column(py, m.store_ms)?)?;
-    d.set_item("reconsume", column(py, m.reconsume)?)?;
-    d.set_item("prepared", column(py, m.prepared)?)?;
-    d.set_item("topic", m.topic.into_py(py)?)?;
-    d.set_item("body", m.body.into_py(py)?)?;
-    d.set_item("born_host", m.born_host.out.into_py(py)?)?;
-    d.set_item("store_host", m.store_host.out.into_py(py)?)?;
-    d.set_item("message_id", m.message_id.into_py(py)?)?;
+/// The decoded RocketMQ messages: the record's fields under the names of
+/// `rocketmq_commitlog._Messages` (`outer`: the record each row comes from), and the columns
+/// of the unified schema the properties give, under their schema names.
+fn messages_batch(py: Python<'_>, m: rocketmq::records::Messages) -> PyResult<Bound<'_, Batch>> {
+    let n = m.outer.len();
+    let mut c = Columns::new();
+    for (name, values) in [("outer", m.outer), ("pos", m.pos), ("length", m.length), ("queue_offset", m.queue_offset),
+                           ("physical_offset", m.physical_offset), ("born_ms", m.born_ms), ("store_ms", m.store_ms),
+                           ("prepared", m.prepared)] {
+        c.add(name, numbers::<Int64Type>(values));
+    }
+    for (name, values) in [("flag", m.flag), ("crc", m.crc), ("queue_id", m.queue_id), ("sysflag", m.sysflag),
+                           ("reconsume", m.reconsume)] {
+        c.add(name, numbers::<Int32Type>(values));
+    }
     let p = m.props;
-    d.set_item("prop_keys", p.keys.into_py(py)?)?;
-    d.set_item("prop_values", p.values.into_py(py)?)?;
-    d.set_item("uniq_first", p.uniq_first.into_py(py)?)?;
-    let valid: Vec<u8> = p.uniq_first_valid.iter().map(|&b| b as u8).collect();
-    d.set_item("uniq_first_valid", column(py, valid)?)?;
-    derived_columns(py, &d, m.derived)?;
-    Ok(d)
+    c.add("topic", utf8(m.topic, None))
+        .add("body", binary(m.body))
+        .add("bornHost", utf8(m.born_host.out, None))
+        .add("storeHost", utf8(m.store_host.out, None))
+        .add("messageId", utf8(m.message_id, None))
+        .add("producerUniqueId", utf8(p.uniq_first, Some(&p.uniq_first_valid)));
+    let x = m.derived;
+    for (name, col) in [("uniqueId", x.uniq), ("traceId", x.trace), ("transactionId", x.transaction_id),
+                        ("correlationId", x.correlation), ("messageKey", x.sharding), ("tags", x.tags),
+                        ("messageType", x.message_type), ("transactionState", x.transaction_state)] {
+        c.add(name, utf8(col.bin, Some(&col.valid)));
+    }
+    c.add("delayTime", optional::<Int64Type>(x.delay_ms.values, &x.delay_ms.valid))
+        .add("startDeliverTime", timestamps(x.deliver_us.values, &x.deliver_us.valid))
+        .add("expireTime", timestamps(x.expire_us.values, &x.expire_us.valid))
+        .add("keys", string_lists(x.keys_offsets, &x.keys_valid, x.keys))
+        .add("systemCopy", flags(&x.system_copy))
+        .add("properties", string_maps(x.user_offsets, x.user_keys, x.user_values))
+        .add("headers", string_maps(x.header_offsets, p.keys, p.values));
+    c.into_py(py, n)
 }
 
 /// NSQ: the unified-schema columns of simple headers (`nsq_headers.header_columns`), for `n`
@@ -216,73 +239,49 @@ fn messages_dict(py: Python<'_>, m: rocketmq::records::Messages) -> PyResult<Bou
 fn nsq_header_columns<'py>(py: Python<'py>, names: Vec<String>, properties: Vec<bool>, counts: &Bound<'py, PyAny>,
                            code: &Bound<'py, PyAny>, is_int: &Bound<'py, PyAny>, offsets: &Bound<'py, PyAny>,
                            data: &Bound<'py, PyAny>, rows: &Bound<'py, PyAny>, n: usize)
-    -> PyResult<Bound<'py, PyDict>> {
+    -> PyResult<Bound<'py, Batch>> {
     let (counts, code, rows) = (I64s::new(counts)?, I64s::new(code)?, I64s::new(rows)?);
     let (is_int, offsets, data) = (View::new(is_int)?, View::new(offsets)?, View::new(data)?);
     let pairs = nsq::headers::Pairs { names: &names, properties: &properties, counts: counts.values(),
                                       code: code.values(), is_int: is_int.bytes(), offsets: offsets.bytes(),
                                       data: data.bytes() };
     let c = py.allow_threads(|| pairs.columns(rows.values(), n));
-    nsq_columns_dict(py, c)
+    nsq_header_batch(c).into_py(py, n)
 }
 
-/// The NSQ header columns into a dict: strings as (offsets, data, validity), int64 as (values, validity).
-fn nsq_columns_dict(py: Python<'_>, c: nsq::headers::Columns) -> PyResult<Bound<'_, PyDict>> {
-    let d = PyDict::new(py);
+/// The NSQ header columns under their schema names and types (priority and durability are
+/// range-checked to int32 by the rules).
+fn nsq_header_batch(c: nsq::headers::Columns) -> Columns {
+    let mut out = Columns::new();
     let [born, start, expire] = c.times;
     let [born_host, search, txn, correlation] = c.texts;
     let [priority, durability, delay] = c.ints;
-    for (name, col) in [("bornTimestamp", born), ("startDeliverTime", start), ("expireTime", expire),
-                        ("priority", priority), ("durability", durability), ("delayTime", delay)] {
-        d.set_item(name, (column(py, col.ints)?, column(py, bools(&col.valid))?))?;
+    for (name, col) in [("bornTimestamp", born), ("startDeliverTime", start), ("expireTime", expire)] {
+        out.add(name, timestamps(col.ints, &col.valid));
     }
+    for (name, col) in [("priority", priority), ("durability", durability)] {
+        out.add(name, optional::<Int32Type>(col.ints.iter().map(|&v| v as i32).collect(), &col.valid));
+    }
+    out.add("delayTime", optional::<Int64Type>(delay.ints, &delay.valid));
     for (name, col) in [("bornHost", born_host), ("searchKey", search), ("transactionId", txn),
                         ("correlationId", correlation), ("traceId", c.trace), ("messageKey", c.message_key),
                         ("tags", c.tags), ("compression", c.compression)] {
-        let (off, data) = col.bin.into_py(py)?;
-        d.set_item(name, (off, data, column(py, bools(&col.valid))?))?;
+        out.add(name, utf8(col.bin, Some(&col.valid)));
     }
-    let (koff, kdata) = c.keys.into_py(py)?;
-    d.set_item("keys", (column(py, c.keys_offsets)?, column(py, bools(&c.keys_valid))?, koff, kdata))?;
-    d.set_item("headers", (column(py, c.header_offsets)?, c.header_keys.into_py(py)?, c.header_values.into_py(py)?))?;
-    d.set_item("properties",
-               (column(py, c.property_offsets)?, c.property_keys.into_py(py)?, c.property_values.into_py(py)?))?;
-    Ok(d)
-}
-
-fn bools(v: &[bool]) -> Vec<u8> {
-    v.iter().map(|&b| b as u8).collect()
-}
-
-/// The derived RocketMQ columns into `d`: strings as (offsets, data, validity), int64 as (values, validity).
-fn derived_columns<'py>(py: Python<'py>, d: &Bound<'py, PyDict>, x: rocketmq::columns::Derived) -> PyResult<()> {
-    for (name, col) in [("uniq", x.uniq), ("tags", x.tags), ("trace", x.trace), ("correlation", x.correlation),
-                        ("sharding", x.sharding), ("transaction_id", x.transaction_id),
-                        ("transaction_state", x.transaction_state), ("message_type", x.message_type)] {
-        let (off, data) = col.bin.into_py(py)?;
-        d.set_item(name, (off, data, column(py, bools(&col.valid))?))?;
-    }
-    for (name, col) in [("delay_ms", x.delay_ms), ("deliver_us", x.deliver_us), ("expire_us", x.expire_us)] {
-        d.set_item(name, (column(py, col.values)?, column(py, bools(&col.valid))?))?;
-    }
-    let (koff, kdata) = x.keys.into_py(py)?;
-    d.set_item("keys", (column(py, x.keys_offsets)?, column(py, bools(&x.keys_valid))?, koff, kdata))?;
-    d.set_item("header_offsets", column(py, x.header_offsets)?)?;
-    d.set_item("user_offsets", column(py, x.user_offsets)?)?;
-    d.set_item("user_keys", x.user_keys.into_py(py)?)?;
-    d.set_item("user_values", x.user_values.into_py(py)?)?;
-    d.set_item("system_copy", column(py, bools(&x.system_copy))?)?;
-    Ok(())
+    out.add("keys", string_lists(c.keys_offsets, &c.keys_valid, c.keys))
+        .add("headers", string_maps(c.header_offsets, c.header_keys, c.header_values))
+        .add("properties", string_maps(c.property_offsets, c.property_keys, c.property_values));
+    out
 }
 
 /// Bumped whenever a function's arguments or results change: `formats/native.py` uses the
 /// module only when it names the same version, so a stale build never meets newer codecs.
-const API_VERSION: u32 = 3;
+const API_VERSION: u32 = 4;
 
 #[pymodule]
 fn msglake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("API_VERSION", API_VERSION)?;
-    m.add_class::<buffers::Buffer>()?;
+    m.add_class::<Batch>()?;
     m.add_function(wrap_pyfunction!(gather, m)?)?;
     m.add_function(wrap_pyfunction!(nsq_frame, m)?)?;
     m.add_function(wrap_pyfunction!(nsq_walk, m)?)?;

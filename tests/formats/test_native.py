@@ -16,6 +16,7 @@ import sys
 import tempfile
 import warnings
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -303,3 +304,32 @@ def test_random_bytes_give_the_same_rows(tmp_path):
             if i % 13 == 6:
                 w.put_raw(struct.pack(">ii", 120, -626843481) + bytes(112))  # magic, lengths that do not add up
     assert_same(RocketMqCommitLogCodec, str(tmp_path))
+
+
+@needs_native
+def test_columns_cross_through_the_c_data_interface_in_their_schema_types(tmp_path):
+    """A native step's batch is imported by pyarrow through the Arrow C Data Interface (the
+    PyCapsule protocol) over the core's own buffers, and its unified-schema columns already have
+    the schema's types: nothing is copied or cast on the way."""
+    from msglake.formats.nsq_ext import frame_chunk
+    from msglake.schemas.source import SOURCE_SCHEMA
+
+    nsq_samples.generate(str(tmp_path / "nsq"), 300, bad_inputs=False)
+    rocketmq_samples.generate(str(tmp_path / "rmq"), 300, bad_inputs=False)
+    (segment,) = sorted((tmp_path / "nsq").glob("*/*.dat"))[:1]
+    (commitlog,) = sorted((tmp_path / "rmq" / "commitlog").iterdir())[:1]
+    nsq, rmq = NsqExtCodec(), RocketMqCommitLogCodec()
+    data = commitlog.read_bytes()
+    rows = {"nsq-ext": frame_chunk(segment.read_bytes(), nsq._core)[1],
+            "rocketmq-commitlog": rmq._frame(data, len(data), 0, len(data)).decoded[0]}
+    for fmt, batch in rows.items():
+        assert batch is not None and batch.num_rows > 0, fmt
+        shared = [name for name in batch.schema.names if name in SOURCE_SCHEMA.names]
+        assert len(shared) >= 18, (fmt, shared)
+        for name in shared:
+            assert batch.column(name).type == SOURCE_SCHEMA.field(name).type, (fmt, name)
+    at = nsq._core.gather(data, np.array([0, 8], np.int64), np.array([4, 12], np.int64))
+    assert hasattr(at, "__arrow_c_array__")
+    one, two = N.arrow(at).column("values"), N.arrow(at).column("values")
+    assert one.to_pylist() == [data[0:4], data[8:12]]
+    assert one.buffers()[2].address == two.buffers()[2].address  # both lie over the core's buffer

@@ -1,0 +1,172 @@
+//! Columns out: Arrow arrays over the vectors the decoders filled (moved, not copied), handed
+//! to pyarrow through the Arrow C Data Interface.
+//!
+//! A step's columns become one [`Batch`] (a struct array of named columns). It implements the
+//! Arrow PyCapsule protocol (`__arrow_c_array__`): `pa.record_batch(batch)` imports it where it
+//! lies, and the Rust buffers live until the last pyarrow array over them is gone.
+
+use std::ffi::CString;
+use std::sync::Arc;
+
+use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
+use arrow_array::types::{ArrowPrimitiveType, TimestampMicrosecondType};
+use arrow_array::{Array, ArrayRef, BinaryArray, BooleanArray, ListArray, MapArray, PrimitiveArray, StringArray,
+                  StructArray};
+use arrow_buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_schema::{DataType, Field, Fields};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
+
+use crate::buffers::Binary;
+
+/// Named columns of one length, becoming one [`Batch`].
+#[derive(Default)]
+pub struct Columns {
+    fields: Vec<Field>,
+    arrays: Vec<ArrayRef>,
+}
+
+impl Columns {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add(&mut self, name: &str, array: ArrayRef) -> &mut Self {
+        self.fields.push(Field::new(name, array.data_type().clone(), true));
+        self.arrays.push(array);
+        self
+    }
+
+    /// The batch for Python; `len` rows (what a batch of no columns has).
+    pub fn into_py(self, py: Python<'_>, len: usize) -> PyResult<Bound<'_, Batch>> {
+        let array = StructArray::try_new_with_length(Fields::from(self.fields), self.arrays, None, len)
+            .map_err(|e| PyValueError::new_err(format!("columns of unequal length: {e}")))?;
+        Bound::new(py, Batch { array })
+    }
+}
+
+/// Decoded columns lent to pyarrow through the Arrow C Data Interface.
+#[pyclass(frozen, module = "msglake_native")]
+pub struct Batch {
+    array: StructArray,
+}
+
+#[pymethods]
+impl Batch {
+    /// The Arrow PyCapsule protocol: (schema capsule, array capsule) of the struct array. A
+    /// requested schema is not applied here: the batch has one layout, the caller casts.
+    #[pyo3(signature = (requested_schema=None))]
+    fn __arrow_c_array__<'py>(&self, py: Python<'py>, requested_schema: Option<Bound<'py, PyAny>>)
+        -> PyResult<(Bound<'py, PyCapsule>, Bound<'py, PyCapsule>)> {
+        let _ = requested_schema;
+        let data = self.array.to_data();
+        let schema = FFI_ArrowSchema::try_from(data.data_type())
+            .map_err(|e| PyValueError::new_err(format!("no Arrow C schema for the batch: {e}")))?;
+        // A capsule pyarrow has not imported from releases its struct when it is dropped (the
+        // structs' Drop); an imported one was moved out, its release set to null.
+        let name = |s: &str| CString::new(s).expect("no NUL in a capsule name");
+        Ok((PyCapsule::new(py, schema, Some(name("arrow_schema")))?,
+            PyCapsule::new(py, FFI_ArrowArray::new(&data), Some(name("arrow_array")))?))
+    }
+
+    fn __len__(&self) -> usize {
+        self.array.len()
+    }
+}
+
+/// Validity of `valid`; None when every value is valid.
+fn nulls(valid: &[bool]) -> Option<NullBuffer> {
+    (!valid.iter().all(|&v| v)).then(|| NullBuffer::from(valid))
+}
+
+/// Numbers, all valid.
+pub fn numbers<T: ArrowPrimitiveType>(values: Vec<T::Native>) -> ArrayRef {
+    Arc::new(PrimitiveArray::<T>::new(ScalarBuffer::from(values), None))
+}
+
+/// Numbers, null where `valid` is false.
+pub fn optional<T: ArrowPrimitiveType>(values: Vec<T::Native>, valid: &[bool]) -> ArrayRef {
+    Arc::new(PrimitiveArray::<T>::new(ScalarBuffer::from(values), nulls(valid)))
+}
+
+/// Microseconds since the epoch as `timestamp[us, tz=UTC]` (the schema's TS), null where
+/// `valid` is false.
+pub fn timestamps(values: Vec<i64>, valid: &[bool]) -> ArrayRef {
+    Arc::new(PrimitiveArray::<TimestampMicrosecondType>::new(ScalarBuffer::from(values), nulls(valid))
+        .with_timezone("UTC"))
+}
+
+pub fn flags(values: &[bool]) -> ArrayRef {
+    Arc::new(BooleanArray::from(values.to_vec()))
+}
+
+fn parts(b: Binary) -> (OffsetBuffer<i32>, Buffer) {
+    let off = if b.offsets.is_empty() { vec![0] } else { b.offsets };
+    (OffsetBuffer::new(ScalarBuffer::from(off)), Buffer::from_vec(b.data))
+}
+
+pub fn binary(b: Binary) -> ArrayRef {
+    let (off, data) = parts(b);
+    Arc::new(BinaryArray::new(off, data, None))
+}
+
+/// Strings, null where `valid` (when given) is false.
+pub fn utf8(b: Binary, valid: Option<&[bool]>) -> ArrayRef {
+    let (off, data) = parts(b);
+    // SAFETY: the offsets were checked by OffsetBuffer::new and lie within `data` (Binary
+    // appends both together). The values are UTF-8: every text column is made of bytes the
+    // decoders checked (RocketMQ topics and properties), of ASCII they wrote (ids, hosts,
+    // numbers) or of simple JSON strings, which are ASCII; as the pyarrow arrays built over
+    // the same buffers before, they are not validated again.
+    Arc::new(unsafe { StringArray::new_unchecked(off, data, valid.and_then(nulls)) })
+}
+
+/// `list<string>` (Arrow's `item` field): list `i` is values `offsets[i]..offsets[i + 1]`.
+pub fn string_lists(list_offsets: Vec<i32>, valid: &[bool], values: Binary) -> ArrayRef {
+    let item = Arc::new(Field::new("item", DataType::Utf8, true));
+    Arc::new(ListArray::new(item, OffsetBuffer::new(ScalarBuffer::from(list_offsets)), utf8(values, None),
+                            nulls(valid)))
+}
+
+/// `map<string, string>` as pyarrow names it (`entries` of `key` and `value`): map `i` is
+/// pairs `offsets[i]..offsets[i + 1]`.
+pub fn string_maps(map_offsets: Vec<i32>, keys: Binary, values: Binary) -> ArrayRef {
+    let fields = Fields::from(vec![Field::new("key", DataType::Utf8, false), Field::new("value", DataType::Utf8, true)]);
+    let entries = StructArray::new(fields.clone(), vec![utf8(keys, None), utf8(values, None)], None);
+    let field = Arc::new(Field::new("entries", DataType::Struct(fields), false));
+    Arc::new(MapArray::new(field, OffsetBuffer::new(ScalarBuffer::from(map_offsets)), entries, None, false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+
+    fn text(values: &[&str]) -> Binary {
+        let mut b = Binary::with_capacity(values.len(), 0);
+        values.iter().for_each(|v| b.push(v.as_bytes()));
+        b
+    }
+
+    #[test]
+    fn validity_only_when_something_is_null() {
+        assert!(optional::<Int64Type>(vec![1, 2], &[true, true]).nulls().is_none());
+        let a = optional::<Int64Type>(vec![1, 0], &[true, false]);
+        assert_eq!(a.null_count(), 1);
+        assert!(a.is_null(1));
+    }
+
+    #[test]
+    fn strings_lists_and_maps_keep_their_offsets() {
+        let s = utf8(text(&["a", "", "bc"]), Some(&[true, false, true]));
+        let s = s.as_string::<i32>();
+        assert_eq!((s.value(0), s.is_null(1), s.value(2)), ("a", true, "bc"));
+        let l = string_lists(vec![0, 2, 2, 3], &[true, false, true], text(&["x", "y", "z"]));
+        assert_eq!(l.as_list::<i32>().value_offsets(), &[0, 2, 2, 3]);
+        let m = string_maps(vec![0, 1, 1], text(&["k"]), text(&["v"]));
+        assert_eq!(m.as_map().value_offsets(), &[0, 1, 1]);
+        assert_eq!(binary(Binary::default()).len(), 0);
+    }
+}
