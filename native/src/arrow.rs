@@ -116,9 +116,9 @@ pub fn utf8(b: Binary, valid: Option<&[bool]>) -> ArrayRef {
     let (off, data) = parts(b);
     // SAFETY: the offsets were checked by OffsetBuffer::new and lie within `data` (Binary
     // appends both together). The values are UTF-8: every text column is made of bytes the
-    // decoders checked (RocketMQ topics and properties), of ASCII they wrote (ids, hosts,
-    // numbers) or of simple JSON strings, which are ASCII; as the pyarrow arrays built over
-    // the same buffers before, they are not validated again.
+    // decoders checked as UTF-8 (RocketMQ topics and property strings, cut only at ASCII
+    // separators; NSQ version-2 tags), of ASCII they wrote (ids, hosts, numbers) or of simple
+    // JSON strings, which are printable ASCII (`nsq::json`), so they are not validated again.
     Arc::new(unsafe { StringArray::new_unchecked(off, data, valid.and_then(nulls)) })
 }
 
