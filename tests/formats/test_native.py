@@ -318,7 +318,7 @@ def test_columns_cross_through_the_c_data_interface_in_their_schema_types(tmp_pa
     rocketmq_samples.generate(str(tmp_path / "rmq"), 300, bad_inputs=False)
     (segment,) = sorted((tmp_path / "nsq").glob("*/*.dat"))[:1]
     (commitlog,) = sorted((tmp_path / "rmq" / "commitlog").iterdir())[:1]
-    nsq, rmq = NsqExtCodec(), RocketMqCommitLogCodec()
+    nsq, rmq = NsqExtCodec(native=True), RocketMqCommitLogCodec(native=True)
     data = commitlog.read_bytes()
     rows = {"nsq-ext": frame_chunk(segment.read_bytes(), nsq._core)[1],
             "rocketmq-commitlog": rmq._frame(data, len(data), 0, len(data)).decoded[0]}
