@@ -93,8 +93,10 @@ def arrow(batch) -> pa.RecordBatch:
 
 
 def numbers(batch: pa.RecordBatch, name: str) -> np.ndarray:
-    """A number column of a native batch as NumPy, without a copy (booleans are unpacked)."""
-    return batch.column(name).to_numpy(zero_copy_only=False)
+    """A number column of a native batch (no nulls) as NumPy: a read-only view of the core's
+    buffer, or for booleans (bits in Arrow) a new array."""
+    col = batch.column(name)
+    return col.to_numpy(zero_copy_only=col.type != pa.bool_())
 
 
 def columns(batch: pa.RecordBatch, skip: tuple[str, ...] = ()) -> dict[str, pa.Array]:

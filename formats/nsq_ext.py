@@ -184,7 +184,7 @@ def _native_fields(buf: np.ndarray, pos: np.ndarray, n: np.ndarray, core) -> _Fi
     """:func:`_python_fields` by the native core, in one pass over the records."""
     fields, reasons = core.nsq_fields(buf, pos, n)
     d = NV.arrow(fields)
-    ok = NV.numbers(d, "ok").copy()
+    ok = NV.numbers(d, "ok")  # a new array: written below
     reason = np.full(len(pos), None, dtype=object)
     for i, why in reasons:
         reason[i] = why

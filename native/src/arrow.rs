@@ -22,12 +22,12 @@ use crate::buffers::Binary;
 
 /// Named columns of one length, becoming one [`Batch`].
 #[derive(Default)]
-pub struct Columns {
+pub struct BatchBuilder {
     fields: Vec<Field>,
     arrays: Vec<ArrayRef>,
 }
 
-impl Columns {
+impl BatchBuilder {
     pub fn new() -> Self {
         Self::default()
     }
@@ -38,10 +38,15 @@ impl Columns {
         self
     }
 
-    /// The batch for Python; `len` rows (what a batch of no columns has).
-    pub fn into_py(self, py: Python<'_>, len: usize) -> PyResult<Bound<'_, Batch>> {
-        let array = StructArray::try_new_with_length(Fields::from(self.fields), self.arrays, None, len)
-            .map_err(|e| PyValueError::new_err(format!("columns of unequal length: {e}")))?;
+    /// The columns as one struct array of `len` rows (what a batch of no columns has).
+    pub fn build(self, len: usize) -> Result<StructArray, String> {
+        StructArray::try_new_with_length(Fields::from(self.fields), self.arrays, None, len)
+            .map_err(|e| format!("columns of unequal length: {e}"))
+    }
+
+    /// The batch for Python.
+    pub fn finish(self, py: Python<'_>, len: usize) -> PyResult<Bound<'_, Batch>> {
+        let array = self.build(len).map_err(PyValueError::new_err)?;
         Bound::new(py, Batch { array })
     }
 }
@@ -101,9 +106,13 @@ pub fn flags(values: &[bool]) -> ArrayRef {
     Arc::new(BooleanArray::from(values.to_vec()))
 }
 
+/// Arrow offsets of `offsets`; none yet (a column no row was pushed to) is the one offset 0.
+fn offsets(offsets: Vec<i32>) -> OffsetBuffer<i32> {
+    OffsetBuffer::new(ScalarBuffer::from(if offsets.is_empty() { vec![0] } else { offsets }))
+}
+
 fn parts(b: Binary) -> (OffsetBuffer<i32>, Buffer) {
-    let off = if b.offsets.is_empty() { vec![0] } else { b.offsets };
-    (OffsetBuffer::new(ScalarBuffer::from(off)), Buffer::from_vec(b.data))
+    (offsets(b.offsets), Buffer::from_vec(b.data))
 }
 
 pub fn binary(b: Binary) -> ArrayRef {
@@ -114,19 +123,21 @@ pub fn binary(b: Binary) -> ArrayRef {
 /// Strings, null where `valid` (when given) is false.
 pub fn utf8(b: Binary, valid: Option<&[bool]>) -> ArrayRef {
     let (off, data) = parts(b);
+    // The unchecked constructor does not compare the validity with the rows either.
+    assert!(valid.is_none_or(|v| v.len() == off.len() - 1), "a validity for every string");
     // SAFETY: the offsets were checked by OffsetBuffer::new and lie within `data` (Binary
     // appends both together). The values are UTF-8: every text column is made of bytes the
     // decoders checked as UTF-8 (RocketMQ topics and property strings, cut only at ASCII
     // separators; NSQ version-2 tags), of ASCII they wrote (ids, hosts, numbers) or of simple
-    // JSON strings, which are printable ASCII (`nsq::json`), so they are not validated again.
+    // JSON strings, which are printable ASCII (`nsq::json`; pairs Python hands to
+    // `nsq_header_columns` are checked to be ASCII there), so they are not validated again.
     Arc::new(unsafe { StringArray::new_unchecked(off, data, valid.and_then(nulls)) })
 }
 
 /// `list<string>` (Arrow's `item` field): list `i` is values `offsets[i]..offsets[i + 1]`.
 pub fn string_lists(list_offsets: Vec<i32>, valid: &[bool], values: Binary) -> ArrayRef {
     let item = Arc::new(Field::new("item", DataType::Utf8, true));
-    Arc::new(ListArray::new(item, OffsetBuffer::new(ScalarBuffer::from(list_offsets)), utf8(values, None),
-                            nulls(valid)))
+    Arc::new(ListArray::new(item, offsets(list_offsets), utf8(values, None), nulls(valid)))
 }
 
 /// `map<string, string>` as pyarrow names it (`entries` of `key` and `value`): map `i` is
@@ -135,7 +146,7 @@ pub fn string_maps(map_offsets: Vec<i32>, keys: Binary, values: Binary) -> Array
     let fields = Fields::from(vec![Field::new("key", DataType::Utf8, false), Field::new("value", DataType::Utf8, true)]);
     let entries = StructArray::new(fields.clone(), vec![utf8(keys, None), utf8(values, None)], None);
     let field = Arc::new(Field::new("entries", DataType::Struct(fields), false));
-    Arc::new(MapArray::new(field, OffsetBuffer::new(ScalarBuffer::from(map_offsets)), entries, None, false))
+    Arc::new(MapArray::new(field, offsets(map_offsets), entries, None, false))
 }
 
 #[cfg(test)]
@@ -168,5 +179,19 @@ mod tests {
         let m = string_maps(vec![0, 1, 1], text(&["k"]), text(&["v"]));
         assert_eq!(m.as_map().value_offsets(), &[0, 1, 1]);
         assert_eq!(binary(Binary::default()).len(), 0);
+    }
+
+    #[test]
+    fn zero_rows_and_all_nulls_build() {
+        let mut b = BatchBuilder::new();
+        b.add("s", utf8(Binary::default(), Some(&[])))
+            .add("l", string_lists(vec![], &[], Binary::default()))
+            .add("m", string_maps(vec![], Binary::default(), Binary::default()));
+        assert_eq!(b.build(0).unwrap().len(), 0);
+        let none = utf8(text(&["", ""]), Some(&[false, false]));
+        assert_eq!(none.null_count(), 2);
+        let mut c = BatchBuilder::new();
+        c.add("a", none);
+        assert!(c.build(3).is_err(), "two rows are not three");
     }
 }

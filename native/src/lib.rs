@@ -18,7 +18,7 @@ mod text;
 use arrow_array::types::{Int16Type, Int32Type, Int64Type, UInt64Type};
 use pyo3::prelude::*;
 
-use arrow::{binary, flags, numbers, optional, string_lists, string_maps, timestamps, utf8, Batch, Columns};
+use arrow::{binary, flags, numbers, optional, string_lists, string_maps, timestamps, utf8, Batch, BatchBuilder};
 use buffers::{gather as gather_slices, I64s, View};
 
 /// `buf[starts[i]:ends[i]]` for every i, as a batch of one binary column, `values`.
@@ -28,20 +28,20 @@ fn gather<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, starts: &Bound<'py, PyA
     let (buf, starts, ends) = (View::new(buf)?, I64s::new(starts)?, I64s::new(ends)?);
     let out = py.allow_threads(|| gather_slices(buf.bytes(), starts.values(), ends.values()));
     let n = starts.values().len();
-    let mut c = Columns::new();
+    let mut c = BatchBuilder::new();
     c.add("values", binary(out));
-    c.into_py(py, n)
+    c.finish(py, n)
 }
 
 /// Record positions (int64 column `positions`), with `lengths` when given.
 fn positions(py: Python<'_>, at: Vec<i64>, lengths: Option<Vec<i64>>) -> PyResult<Bound<'_, Batch>> {
     let n = at.len();
-    let mut c = Columns::new();
+    let mut c = BatchBuilder::new();
     c.add("positions", numbers::<Int64Type>(at));
     if let Some(lengths) = lengths {
         c.add("lengths", numbers::<Int64Type>(lengths));
     }
-    c.into_py(py, n)
+    c.finish(py, n)
 }
 
 /// NSQ: the records of `buf[start:end]`: (positions, stop, kind, bad length prefix).
@@ -80,7 +80,7 @@ fn nsq_fields<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, positions: &Bound<'
     let (view, positions, lengths) = (View::new(buf)?, I64s::new(positions)?, I64s::new(lengths)?);
     let f = py.allow_threads(|| nsq::fields::read(view.bytes(), positions.values(), lengths.values()));
     let n = f.ok.len();
-    let mut c = Columns::new();
+    let mut c = BatchBuilder::new();
     c.add("ok", flags(&f.ok))
         .add("ts_ns", numbers::<Int64Type>(f.ts_ns))
         .add("attempts", numbers::<Int32Type>(f.attempts))
@@ -90,7 +90,7 @@ fn nsq_fields<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, positions: &Bound<'
         .add("ext_start", numbers::<Int64Type>(f.ext_start))
         .add("ext_end", numbers::<Int64Type>(f.ext_end))
         .add("body_start", numbers::<Int64Type>(f.body_start));
-    Ok((c.into_py(py, n)?, f.reasons))
+    Ok((c.finish(py, n)?, f.reasons))
 }
 
 /// NSQ: the pairs of simple JSON headers `buf[starts[i]:ends[i]]`, or None (see nsq::json):
@@ -105,11 +105,11 @@ fn nsq_scan_headers<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, starts: &Boun
         return Ok(None);
     };
     let (records, pairs) = (p.counts.len(), p.code.len());
-    let mut counts = Columns::new();
+    let mut counts = BatchBuilder::new();
     counts.add("counts", numbers::<Int64Type>(p.counts));
-    let mut c = Columns::new();
+    let mut c = BatchBuilder::new();
     c.add("code", numbers::<Int64Type>(p.code)).add("is_int", flags(&p.is_int)).add("text", utf8(p.texts, None));
-    Ok(Some((counts.into_py(py, records)?, p.names, c.into_py(py, pairs)?)))
+    Ok(Some((counts.finish(py, records)?, p.names, c.finish(py, pairs)?)))
 }
 
 /// NSQ: frame `buf[start:end]` and, when every record is plain (`nsq::chunk`), decode it in
@@ -135,7 +135,7 @@ fn nsq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64
                 .add("attempts", numbers::<Int32Type>(r.attempts))
                 .add("messageId", utf8(r.message_id, None))
                 .add("body", binary(r.body));
-            Some(cols.into_py(py, n)?)
+            Some(cols.finish(py, n)?)
         }
     };
     Ok((positions(py, fr.positions, None)?, fr.stop, fr.kind.name(), fr.bad, rows))
@@ -189,16 +189,16 @@ fn rmq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64
         (fr, d.finish())
     });
     let reasons = std::mem::take(&mut m.reasons);
+    let n = m.outer.len();
     Ok((positions(py, fr.positions, Some(fr.lengths))?, fr.stop, fr.kind.name(), fr.why, fr.need,
-        messages_batch(py, m)?, reasons))
+        messages_batch(m).finish(py, n)?, reasons))
 }
 
 /// The decoded RocketMQ messages: the record's fields under the names of
 /// `rocketmq_commitlog._Messages` (`outer`: the record each row comes from), and the columns
 /// of the unified schema the properties give, under their schema names.
-fn messages_batch(py: Python<'_>, m: rocketmq::records::Messages) -> PyResult<Bound<'_, Batch>> {
-    let n = m.outer.len();
-    let mut c = Columns::new();
+fn messages_batch(m: rocketmq::records::Messages) -> BatchBuilder {
+    let mut c = BatchBuilder::new();
     for (name, values) in [("outer", m.outer), ("pos", m.pos), ("length", m.length), ("queue_offset", m.queue_offset),
                            ("physical_offset", m.physical_offset), ("born_ms", m.born_ms), ("store_ms", m.store_ms),
                            ("prepared", m.prepared)] {
@@ -228,7 +228,7 @@ fn messages_batch(py: Python<'_>, m: rocketmq::records::Messages) -> PyResult<Bo
         .add("systemCopy", flags(&x.system_copy))
         .add("properties", string_maps(x.user_offsets, x.user_keys, x.user_values))
         .add("headers", string_maps(x.header_offsets, p.keys, p.values));
-    c.into_py(py, n)
+    c
 }
 
 /// NSQ: the unified-schema columns of simple headers (`nsq_headers.header_columns`), for `n`
@@ -242,17 +242,21 @@ fn nsq_header_columns<'py>(py: Python<'py>, names: Vec<String>, properties: Vec<
     -> PyResult<Bound<'py, Batch>> {
     let (counts, code, rows) = (I64s::new(counts)?, I64s::new(code)?, I64s::new(rows)?);
     let (is_int, offsets, data) = (View::new(is_int)?, View::new(offsets)?, View::new(data)?);
+    if !data.bytes().is_ascii() {
+        // Simple JSON headers are printable ASCII; the columns made of them are not checked as UTF-8 again.
+        return Err(pyo3::exceptions::PyValueError::new_err("header texts must be ASCII (simple JSON headers)"));
+    }
     let pairs = nsq::headers::Pairs { names: &names, properties: &properties, counts: counts.values(),
                                       code: code.values(), is_int: is_int.bytes(), offsets: offsets.bytes(),
                                       data: data.bytes() };
     let c = py.allow_threads(|| pairs.columns(rows.values(), n));
-    nsq_header_batch(c).into_py(py, n)
+    nsq_header_batch(c).finish(py, n)
 }
 
 /// The NSQ header columns under their schema names and types (priority and durability are
 /// range-checked to int32 by the rules).
-fn nsq_header_batch(c: nsq::headers::Columns) -> Columns {
-    let mut out = Columns::new();
+fn nsq_header_batch(c: nsq::headers::Columns) -> BatchBuilder {
+    let mut out = BatchBuilder::new();
     let [born, start, expire] = c.times;
     let [born_host, search, txn, correlation] = c.texts;
     let [priority, durability, delay] = c.ints;
@@ -294,4 +298,21 @@ fn msglake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(rmq_check_record, m)?)?;
     m.add_function(wrap_pyfunction!(rmq_chunk, m)?)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::Array;
+
+    fn rules() -> rocketmq::columns::Rules {
+        rmq_rules(vec![1000], vec![], vec![], "rmq_sys_".into())
+    }
+
+    #[test]
+    fn batches_of_no_rows_build() {
+        let m = rocketmq::records::decode(&[], &[], &[], true, &rules());
+        assert_eq!(messages_batch(m).build(0).unwrap().len(), 0);
+        assert_eq!(nsq_header_batch(nsq::headers::Columns::default()).build(0).unwrap().len(), 0);
+    }
 }
