@@ -242,14 +242,12 @@ def _python_fields(buf: np.ndarray, pos: np.ndarray, n: np.ndarray, core=None) -
                    ext_len, body_start)
 
 
-def _gather_binary(core):
+def _gather_binary(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, core=None) -> pa.Array:
     """``buf[starts[i]:ends[i]]`` for every i as an Arrow binary array (one copy of the bytes
-    taken): :func:`msglake.formats.base.gather_slices`, or the native core's."""
-    def gather(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
-        if core is None:
-            return binary_array(*gather_slices(buf, starts, ends))
-        return NV.arrow(core.gather(buf, starts.astype(np.int64), ends.astype(np.int64))).column("values")
-    return gather
+    taken): :func:`msglake.formats.base.gather_slices`, or the native ``core``'s."""
+    if core is None:
+        return binary_array(*gather_slices(buf, starts, ends))
+    return NV.arrow(core.gather(buf, starts.astype(np.int64), ends.astype(np.int64))).column("values")
 
 
 def _native_scanner(core):
@@ -325,7 +323,7 @@ def decode_chunk(
     ok[json_rows[list(refused)]] = False
     doc_rows = json_rows[accepted]
     tag_rows = with_ext[ver[with_ext] == TAG_EXT_VER]
-    tags_v2 = binary_array(*gather_slices(buf, ext_start[tag_rows], (ext_start + ext_len)[tag_rows]))
+    tags_v2 = _gather_binary(buf, ext_start[tag_rows], (ext_start + ext_len)[tag_rows], core)
     try:
         tags_v2 = tags_v2.cast(pa.string())
     except pa.ArrowInvalid:  # some tag is not UTF-8: find which, record by record
@@ -364,7 +362,7 @@ def decode_chunk(
     )
     columns["tags"] = pc.coalesce(columns["tags"], scatter(tags_v2, tag_where, m))
 
-    body = _gather_binary(core)(buf, body_start[rows], rec_end[rows])
+    body = _gather_binary(buf, body_start[rows], rec_end[rows], core)
     batch = _batch(columns, seg, store_host, base + pos[rows], n[rows] + 4,
                    pa.array(msg_id[rows], pa.uint64()).cast(pa.string()), ts_ns[rows] // 1000,
                    attempts[rows].astype(np.int32), body)

@@ -12,7 +12,7 @@ use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_array::types::{ArrowPrimitiveType, TimestampMicrosecondType};
 use arrow_array::{Array, ArrayRef, BinaryArray, BooleanArray, ListArray, MapArray, PrimitiveArray, StringArray,
                   StructArray};
-use arrow_buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, Fields};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -103,7 +103,7 @@ pub fn timestamps(values: Vec<i64>, valid: &[bool]) -> ArrayRef {
 }
 
 pub fn flags(values: &[bool]) -> ArrayRef {
-    Arc::new(BooleanArray::from(values.to_vec()))
+    Arc::new(BooleanArray::new(BooleanBuffer::from(values), None))
 }
 
 /// Arrow offsets of `offsets`; none yet (a column no row was pushed to) is the one offset 0.
