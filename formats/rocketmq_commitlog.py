@@ -493,33 +493,28 @@ def _python_messages(buf: np.ndarray, p: np.ndarray, tot: np.ndarray, verify_crc
 _NATIVE_RULES = (sorted(L.RESERVED_KEYS), sorted(L.SYSTEM_TOPICS), L.SYSTEM_TOPIC_PREFIX)
 
 
-def _native_messages(decoded: tuple[pa.RecordBatch, list], n: int) -> _Messages:
-    """:func:`_python_messages` by the native core, from the rows it made of a chunk's ``n``
-    records as it walked them (``rmq_chunk``), handed over through the Arrow C Data Interface;
-    with the columns of ``RocketMqCommitLogCodec._property_columns`` too."""
+def _native_decoded(decoded: tuple[pa.RecordBatch, list], n: int) -> _Decoded:
+    """What :func:`_python_messages` and ``RocketMqCommitLogCodec._record_columns`` make, by the
+    native core: the rows it made of a chunk's ``n`` records as it walked them (``rmq_chunk``),
+    already the unified schema's columns, handed over through the Arrow C Data Interface."""
     rows, reasons = decoded
     r = _Reasons(n)
     for i, why in reasons:
         r.reason[i] = why
         r.ok[i] = False
-    num = {name: NV.numbers(rows, name) for name in _NATIVE_NUMBERS}
-    return _Messages(
-        r, num["outer"], num["pos"], num["flag"], num["crc"], num["length"], rows.column("topic"), None,
-        rows.column("body"), queue_id=num["queue_id"], queue_offset=num["queue_offset"],
-        physical_offset=num["physical_offset"], sysflag=num["sysflag"].astype(np.int64), born_ms=num["born_ms"],
-        store_ms=num["store_ms"], reconsume=num["reconsume"], prepared=num["prepared"],
-        born_host=rows.column("bornHost"), store_host=rows.column("storeHost"), message_id=rows.column("messageId"),
-        derived=NV.columns(rows, skip=_NATIVE_NUMBERS + _NATIVE_FIELDS),
-        producer_unique_id=rows.column("producerUniqueId"),
-    )
+    return _Decoded(r, NV.numbers(rows, "outer"), NV.numbers(rows, "recordLength"), NV.numbers(rows, "sysFlag"),
+                    NV.columns(rows, skip=("outer",)))
 
 
-#: The record's fields in a native batch: numbers the Python steps go on with, and columns taken
-#: as they are; its other columns are those ``_property_columns`` makes.
-_NATIVE_NUMBERS = ("outer", "pos", "flag", "crc", "length", "queue_id", "queue_offset", "physical_offset",
-                   "sysflag", "born_ms", "store_ms", "reconsume", "prepared")
-_NATIVE_FIELDS = ("topic", "body", "bornHost", "storeHost", "messageId", "producerUniqueId")
+@dataclass
+class _Decoded:
+    """A chunk's rows as ``_records`` goes on with them, from either path."""
 
+    r: _Reasons
+    o: np.ndarray  # index of the record each row comes from
+    length: np.ndarray  # bytes to account per row
+    sysflag: np.ndarray
+    columns: dict[str, pa.Array]  # the unified schema's, but for the chunk's constants and compression
 
 
 #: COMPRESSIONTYPE (SYSFLAG bits 8-10) -> the compression column's name.
@@ -528,7 +523,8 @@ _CODEC_NAMES = np.array([L.COMPRESSION_TYPES.get(t, f"unknown({t})") for t in ra
 
 @dataclass
 class _Messages:
-    """One row per message of a chunk's records (rows of failed records may be left in; ``r`` says which)."""
+    """One row per message of a chunk's records by the Python path (rows of failed records may be
+    left in; ``r`` says which)."""
 
     r: _Reasons
     o: np.ndarray  # index of the record each row comes from
@@ -537,7 +533,7 @@ class _Messages:
     crc: np.ndarray
     length: np.ndarray
     topic: pa.Array
-    props: P.Properties | None  # None from the native core, which gives ``derived`` and ``producer_unique_id``
+    props: P.Properties
     body: pa.Array
     queue_id: np.ndarray
     queue_offset: np.ndarray
@@ -550,10 +546,6 @@ class _Messages:
     born_host: pa.Array
     store_host: pa.Array
     message_id: pa.Array
-    #: Columns already made from the properties (native core); None: made by ``_property_columns``.
-    derived: dict[str, pa.Array] | None = None
-    #: The first UNIQ_KEY of each row (native core); None: taken from ``props``.
-    producer_unique_id: pa.Array | None = None
 
 
 def _delay_table(v: str) -> str:
@@ -800,12 +792,12 @@ class RocketMqCommitLogCodec(NativeCodec):
                     stop_at = size = pos + len(data)
                     if not data:
                         break
-                fr = self._frame(data, stop_at - pos, phys0 + pos, size - pos)
+                fr = self._frame(data, pos, stop_at - pos, phys0 + pos, size - pos)
                 if fr.kind == "incomplete" and len(fr.positions) == 0 and not short:
                     data = os.pread(fd, fr.need, pos)  # one record larger than the chunk
                     if len(data) < fr.need:
                         stop_at = size = pos + len(data)
-                    fr = self._frame(data, stop_at - pos, phys0 + pos, size - pos)
+                    fr = self._frame(data, pos, stop_at - pos, phys0 + pos, size - pos)
                 qb = QuarantineBuilder(SOURCE_FORMAT, seg)
                 batch, decoded = self._records(np.frombuffer(data, np.uint8), pos, fr, seg, qb)
                 nxt = pos + fr.stop
@@ -836,13 +828,14 @@ class RocketMqCommitLogCodec(NativeCodec):
         finally:
             os.close(fd)
 
-    def _frame(self, data, hard_end: int, phys_base: int, file_end: int) -> Framing:
-        """:func:`walk` of a chunk read for decoding; the native core decodes each record as it
-        walks it (while its bytes are in cache), the Python path decodes after the walk."""
+    def _frame(self, data, base: int, hard_end: int, phys_base: int, file_end: int) -> Framing:
+        """:func:`walk` of a chunk read for decoding (from file position ``base``); the native core
+        decodes each record as it walks it (while its bytes are in cache), the Python path decodes
+        after the walk."""
         if self._core is None:
             return walk(data, 0, len(data), hard_end, phys_base, file_end)
         at, stop, kind, why, need, rows, reasons = self._core.rmq_chunk(
-            data, 0, len(data), hard_end, phys_base, file_end, self.verify_crc, self.delay_levels.tolist(),
+            data, 0, len(data), hard_end, phys_base, file_end, base, self.verify_crc, self.delay_levels.tolist(),
             *_NATIVE_RULES)
         at = NV.arrow(at)
         return Framing(NV.numbers(at, "positions"), NV.numbers(at, "lengths"), stop, kind, why, need,
@@ -878,17 +871,19 @@ class RocketMqCommitLogCodec(NativeCodec):
                 qb.add(base + a, buf[a : a + ln].tobytes(), seg.problem)
             return None, 0
         if self._core is not None:
-            msg = _native_messages(fr.decoded, n)
+            d = _native_decoded(fr.decoded, n)
         else:
             msg = _python_messages(buf, p, tot, self.verify_crc, self._message_rows)
-        r, o, m = msg.r, msg.o, len(msg.o)
-        msf = msg.sysflag
+            d = _Decoded(msg.r, msg.o, msg.length, msg.sysflag,
+                         {**self._record_columns(msg, base), **self._property_columns(msg)})
+        r, o, m = d.r, d.o, len(d.o)
+        msf = d.sysflag
         compressed = (msf & L.COMPRESSED_FLAG) != 0
         compression = (pa.array(np.where(compressed, _CODEC_NAMES[(msf >> 8) & 7], None), pa.string())
                        if compressed.any() else pa.nulls(m, pa.string()))
-        body = msg.body
-        body_size = pc.binary_length(body)  # int32, as the schema's bodySize
+        columns = d.columns
         if self.decompress and compressed.any():
+            body = columns["body"]
             where = np.flatnonzero(compressed)
             plain = []
             for j in where.tolist():
@@ -898,7 +893,7 @@ class RocketMqCommitLogCodec(NativeCodec):
                     plain.append(b"")
                     r.fail(np.arange(n) == o[j], f"body does not decompress as {compression[j].as_py()}: {e}")
             body = pc.coalesce(scatter(pa.array(plain, pa.binary()), where, m), body)
-            body_size = pc.binary_length(body)  # int32, as the schema's bodySize
+            columns = {**columns, "body": body, "bodySize": pc.binary_length(body)}  # int32, as the schema's
             compression = pa.nulls(m, pa.string())
 
         for i in np.flatnonzero(~r.ok).tolist():
@@ -907,40 +902,42 @@ class RocketMqCommitLogCodec(NativeCodec):
         keep = r.ok[o]
         if not keep.any():
             return None, 0
-
-        derived = msg.derived if msg.derived is not None else self._property_columns(msg)
-        columns = {
-            "topic": msg.topic,
-            "partition": pa.array(msg.queue_id.astype(np.int32)),
+        batch = source_batch({
+            **columns,
             "sourceFormat": constant(SOURCE_FORMAT, m),
             "segment": constant(seg.segment, m),
+            "priority": pa.array(np.full(m, DEFAULT_PRIORITY, np.int32)),
+            "durability": pa.array(np.zeros(m, np.int32)),
+            "compression": compression,
+        }, m)
+        if not keep.all():
+            batch = batch.filter(pa.array(keep))
+        return batch, int(d.length[keep].sum())
+
+    @staticmethod
+    def _record_columns(msg: _Messages, base: int) -> dict[str, pa.Array]:
+        """The unified schema's columns of the records' own fields (``base``: the chunk's file position)."""
+        return {
+            "topic": msg.topic,
+            "partition": pa.array(msg.queue_id.astype(np.int32)),
             "segmentPosition": pa.array(base + msg.pos),
             "queueOffset": pa.array(msg.queue_offset),
             "physicalOffset": pa.array(msg.physical_offset),
             "messageId": msg.message_id,
-            "producerUniqueId": (msg.producer_unique_id if msg.producer_unique_id is not None
-                                 else msg.props.first("UNIQ_KEY")),
+            "producerUniqueId": msg.props.first("UNIQ_KEY"),
             "bornTimestamp": _timestamps(msg.born_ms),
             "bornHost": msg.born_host,
             "storeTimestamp": _timestamps(msg.store_ms),
             "storeHost": msg.store_host,
-            "priority": pa.array(np.full(m, DEFAULT_PRIORITY, np.int32)),
-            "durability": pa.array(np.zeros(m, np.int32)),
-            "compression": compression,
             "deliveryCount": pa.array(msg.reconsume.astype(np.int32)),
             "flag": pa.array(msg.flag.astype(np.int32)),
-            "sysFlag": pa.array(msf.astype(np.int32)),
+            "sysFlag": pa.array(msg.sysflag.astype(np.int32)),
             "bodyCrc": pa.array(msg.crc.astype(np.int32)),
             "preparedTransactionOffset": pa.array(msg.prepared),
-            "body": body,
-            "bodySize": body_size,
+            "body": msg.body,
+            "bodySize": pc.binary_length(msg.body),  # int32, as the schema's bodySize
             "recordLength": pa.array(msg.length),
-            **derived,
         }
-        batch = source_batch(columns, m)
-        if not keep.all():
-            batch = batch.filter(pa.array(keep))
-        return batch, int(msg.length[keep].sum())
 
     def _property_columns(self, msg: _Messages) -> dict[str, pa.Array]:
         """Columns from the properties, SYSFLAG, BORNTIMESTAMP and topic of each row (Arrow kernels)."""

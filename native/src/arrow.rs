@@ -96,9 +96,9 @@ pub fn optional<T: ArrowPrimitiveType>(values: Vec<T::Native>, valid: &[bool]) -
 }
 
 /// Microseconds since the epoch as `timestamp[us, tz=UTC]` (the schema's TS), null where
-/// `valid` is false.
-pub fn timestamps(values: Vec<i64>, valid: &[bool]) -> ArrayRef {
-    Arc::new(PrimitiveArray::<TimestampMicrosecondType>::new(ScalarBuffer::from(values), nulls(valid))
+/// `valid` (when given) is false.
+pub fn timestamps(values: Vec<i64>, valid: Option<&[bool]>) -> ArrayRef {
+    Arc::new(PrimitiveArray::<TimestampMicrosecondType>::new(ScalarBuffer::from(values), valid.and_then(nulls))
         .with_timezone("UTC"))
 }
 

@@ -175,7 +175,7 @@ fn rmq_rules(delay_levels: Vec<i64>, reserved: Vec<String>, system_topics: Vec<S
 #[pyfunction]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn rmq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64, hard_end: i64, phys_base: i64,
-                  file_end: i64, verify_crc: bool, delay_levels: Vec<i64>, reserved: Vec<String>,
+                  file_end: i64, base: i64, verify_crc: bool, delay_levels: Vec<i64>, reserved: Vec<String>,
                   system_topics: Vec<String>, system_prefix: String)
     -> PyResult<(Bound<'py, Batch>, i64, &'static str, String, i64, Bound<'py, Batch>, Vec<(usize, String)>)> {
     let view = View::new(buf)?;
@@ -191,23 +191,35 @@ fn rmq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64
     let reasons = std::mem::take(&mut m.reasons);
     let n = m.outer.len();
     Ok((positions(py, fr.positions, Some(fr.lengths))?, fr.stop, fr.kind.name(), fr.why, fr.need,
-        messages_batch(m).finish(py, n)?, reasons))
+        messages_batch(m, base).finish(py, n)?, reasons))
 }
 
-/// The decoded RocketMQ messages: the record's fields under the names of
-/// `rocketmq_commitlog._Messages` (`outer`: the record each row comes from), and the columns
-/// of the unified schema the properties give, under their schema names.
-fn messages_batch(m: rocketmq::records::Messages) -> BatchBuilder {
+/// The decoded RocketMQ messages as the unified schema's columns, under their names and in
+/// their types (`base`: the file position of the chunk, added to SEGMENTPOSITION), and
+/// `outer`: the record each row comes from. Every row's record passed the checks, so both
+/// times are within a Spark TIMESTAMP.
+fn messages_batch(m: rocketmq::records::Messages, base: i64) -> BatchBuilder {
+    let shift = |mut v: Vec<i64>, add: i64| {
+        v.iter_mut().for_each(|x| *x += add);
+        v
+    };
+    let micros = |mut v: Vec<i64>| {
+        v.iter_mut().for_each(|x| *x *= 1000);
+        v
+    };
+    let body_size: Vec<i32> = m.body.offsets.windows(2).map(|w| w[1] - w[0]).collect();
     let mut c = BatchBuilder::new();
-    for (name, values) in [("outer", m.outer), ("pos", m.pos), ("length", m.length), ("queue_offset", m.queue_offset),
-                           ("physical_offset", m.physical_offset), ("born_ms", m.born_ms), ("store_ms", m.store_ms),
-                           ("prepared", m.prepared)] {
+    for (name, values) in [("outer", m.outer), ("segmentPosition", shift(m.pos, base)), ("queueOffset", m.queue_offset),
+                           ("physicalOffset", m.physical_offset), ("preparedTransactionOffset", m.prepared),
+                           ("recordLength", m.length)] {
         c.add(name, numbers::<Int64Type>(values));
     }
-    for (name, values) in [("flag", m.flag), ("crc", m.crc), ("queue_id", m.queue_id), ("sysflag", m.sysflag),
-                           ("reconsume", m.reconsume)] {
+    for (name, values) in [("partition", m.queue_id), ("deliveryCount", m.reconsume), ("flag", m.flag),
+                           ("sysFlag", m.sysflag), ("bodyCrc", m.crc), ("bodySize", body_size)] {
         c.add(name, numbers::<Int32Type>(values));
     }
+    c.add("bornTimestamp", timestamps(micros(m.born_ms), None))
+        .add("storeTimestamp", timestamps(micros(m.store_ms), None));
     let p = m.props;
     c.add("topic", utf8(m.topic, None))
         .add("body", binary(m.body))
@@ -222,8 +234,8 @@ fn messages_batch(m: rocketmq::records::Messages) -> BatchBuilder {
         c.add(name, utf8(col.bin, Some(&col.valid)));
     }
     c.add("delayTime", optional::<Int64Type>(x.delay_ms.values, &x.delay_ms.valid))
-        .add("startDeliverTime", timestamps(x.deliver_us.values, &x.deliver_us.valid))
-        .add("expireTime", timestamps(x.expire_us.values, &x.expire_us.valid))
+        .add("startDeliverTime", timestamps(x.deliver_us.values, Some(&x.deliver_us.valid)))
+        .add("expireTime", timestamps(x.expire_us.values, Some(&x.expire_us.valid)))
         .add("keys", string_lists(x.keys_offsets, &x.keys_valid, x.keys))
         .add("systemCopy", flags(&x.system_copy))
         .add("properties", string_maps(x.user_offsets, x.user_keys, x.user_values))
@@ -261,7 +273,7 @@ fn nsq_header_batch(c: nsq::headers::Columns) -> BatchBuilder {
     let [born_host, search, txn, correlation] = c.texts;
     let [priority, durability, delay] = c.ints;
     for (name, col) in [("bornTimestamp", born), ("startDeliverTime", start), ("expireTime", expire)] {
-        out.add(name, timestamps(col.ints, &col.valid));
+        out.add(name, timestamps(col.ints, Some(&col.valid)));
     }
     for (name, col) in [("priority", priority), ("durability", durability)] {
         out.add(name, optional::<Int32Type>(col.ints.iter().map(|&v| v as i32).collect(), &col.valid));
@@ -280,7 +292,7 @@ fn nsq_header_batch(c: nsq::headers::Columns) -> BatchBuilder {
 
 /// Bumped whenever a function's arguments or results change: `formats/native.py` uses the
 /// module only when it names the same version, so a stale build never meets newer codecs.
-const API_VERSION: u32 = 4;
+const API_VERSION: u32 = 5;
 
 #[pymodule]
 fn msglake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -312,7 +324,7 @@ mod tests {
     #[test]
     fn batches_of_no_rows_build() {
         let m = rocketmq::records::decode(&[], &[], &[], true, &rules());
-        assert_eq!(messages_batch(m).build(0).unwrap().len(), 0);
+        assert_eq!(messages_batch(m, 0).build(0).unwrap().len(), 0);
         assert_eq!(nsq_header_batch(nsq::headers::Columns::default()).build(0).unwrap().len(), 0);
     }
 }
