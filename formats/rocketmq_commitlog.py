@@ -518,7 +518,8 @@ class _Decoded:
 
 
 #: COMPRESSIONTYPE (SYSFLAG bits 8-10) -> the compression column's name.
-_CODEC_NAMES = np.array([L.COMPRESSION_TYPES.get(t, f"unknown({t})") for t in range(8)], dtype=object)
+_CODEC_LIST = [L.COMPRESSION_TYPES.get(t, f"unknown({t})") for t in range(8)]
+_CODEC_NAMES = np.array(_CODEC_LIST, dtype=object)
 
 
 @dataclass
@@ -792,12 +793,12 @@ class RocketMqCommitLogCodec(NativeCodec):
                     stop_at = size = pos + len(data)
                     if not data:
                         break
-                fr = self._frame(data, pos, stop_at - pos, phys0 + pos, size - pos)
+                fr = self._frame(data, seg.segment, pos, stop_at - pos, phys0 + pos, size - pos)
                 if fr.kind == "incomplete" and len(fr.positions) == 0 and not short:
                     data = os.pread(fd, fr.need, pos)  # one record larger than the chunk
                     if len(data) < fr.need:
                         stop_at = size = pos + len(data)
-                    fr = self._frame(data, pos, stop_at - pos, phys0 + pos, size - pos)
+                    fr = self._frame(data, seg.segment, pos, stop_at - pos, phys0 + pos, size - pos)
                 qb = QuarantineBuilder(SOURCE_FORMAT, seg)
                 batch, decoded = self._records(np.frombuffer(data, np.uint8), pos, fr, seg, qb)
                 nxt = pos + fr.stop
@@ -828,14 +829,15 @@ class RocketMqCommitLogCodec(NativeCodec):
         finally:
             os.close(fd)
 
-    def _frame(self, data, base: int, hard_end: int, phys_base: int, file_end: int) -> Framing:
-        """:func:`walk` of a chunk read for decoding (from file position ``base``); the native core
-        decodes each record as it walks it (while its bytes are in cache), the Python path decodes
-        after the walk."""
+    def _frame(self, data, segment: str, base: int, hard_end: int, phys_base: int, file_end: int) -> Framing:
+        """:func:`walk` of a chunk read for decoding (from file position ``base`` of ``segment``); the
+        native core decodes each record as it walks it (while its bytes are in cache), the Python
+        path decodes after the walk."""
         if self._core is None:
             return walk(data, 0, len(data), hard_end, phys_base, file_end)
         at, stop, kind, why, need, rows, reasons = self._core.rmq_chunk(
-            data, 0, len(data), hard_end, phys_base, file_end, base, self.verify_crc, self.delay_levels.tolist(),
+            data, 0, len(data), hard_end, phys_base, file_end, base,
+            (SOURCE_FORMAT, segment, DEFAULT_PRIORITY, _CODEC_LIST), self.verify_crc, self.delay_levels.tolist(),
             *_NATIVE_RULES)
         at = NV.arrow(at)
         return Framing(NV.numbers(at, "positions"), NV.numbers(at, "lengths"), stop, kind, why, need,
@@ -875,15 +877,12 @@ class RocketMqCommitLogCodec(NativeCodec):
         else:
             msg = _python_messages(buf, p, tot, self.verify_crc, self._message_rows)
             d = _Decoded(msg.r, msg.o, msg.length, msg.sysflag,
-                         {**self._record_columns(msg, base), **self._property_columns(msg)})
+                         {**self._record_columns(msg, base, seg), **self._property_columns(msg)})
         r, o, m = d.r, d.o, len(d.o)
-        msf = d.sysflag
-        compressed = (msf & L.COMPRESSED_FLAG) != 0
-        compression = (pa.array(np.where(compressed, _CODEC_NAMES[(msf >> 8) & 7], None), pa.string())
-                       if compressed.any() else pa.nulls(m, pa.string()))
+        compressed = (d.sysflag & L.COMPRESSED_FLAG) != 0
         columns = d.columns
         if self.decompress and compressed.any():
-            body = columns["body"]
+            body, compression = columns["body"], columns["compression"]
             where = np.flatnonzero(compressed)
             plain = []
             for j in where.tolist():
@@ -893,8 +892,8 @@ class RocketMqCommitLogCodec(NativeCodec):
                     plain.append(b"")
                     r.fail(np.arange(n) == o[j], f"body does not decompress as {compression[j].as_py()}: {e}")
             body = pc.coalesce(scatter(pa.array(plain, pa.binary()), where, m), body)
-            columns = {**columns, "body": body, "bodySize": pc.binary_length(body)}  # int32, as the schema's
-            compression = pa.nulls(m, pa.string())
+            columns = {**columns, "body": body, "bodySize": pc.binary_length(body),  # int32, as the schema's
+                       "compression": pa.nulls(m, pa.string())}
 
         for i in np.flatnonzero(~r.ok).tolist():
             a = int(p[i])
@@ -902,22 +901,23 @@ class RocketMqCommitLogCodec(NativeCodec):
         keep = r.ok[o]
         if not keep.any():
             return None, 0
-        batch = source_batch({
-            **columns,
-            "sourceFormat": constant(SOURCE_FORMAT, m),
-            "segment": constant(seg.segment, m),
-            "priority": pa.array(np.full(m, DEFAULT_PRIORITY, np.int32)),
-            "durability": pa.array(np.zeros(m, np.int32)),
-            "compression": compression,
-        }, m)
+        batch = source_batch(columns, m)
         if not keep.all():
             batch = batch.filter(pa.array(keep))
         return batch, int(d.length[keep].sum())
 
     @staticmethod
-    def _record_columns(msg: _Messages, base: int) -> dict[str, pa.Array]:
-        """The unified schema's columns of the records' own fields (``base``: the chunk's file position)."""
+    def _record_columns(msg: _Messages, base: int, seg: SegmentInfo) -> dict[str, pa.Array]:
+        """The unified schema's columns of the records' own fields and the chunk's constants
+        (``base``: the chunk's file position in ``seg``)."""
+        m = len(msg.o)
+        compressed = (msg.sysflag & L.COMPRESSED_FLAG) != 0
         return {
+            "sourceFormat": constant(SOURCE_FORMAT, m),
+            "segment": constant(seg.segment, m),
+            "priority": pa.array(np.full(m, DEFAULT_PRIORITY, np.int32)),
+            "durability": pa.array(np.zeros(m, np.int32)),
+            "compression": pa.array(np.where(compressed, _CODEC_NAMES[(msg.sysflag >> 8) & 7], None), pa.string()),
             "topic": msg.topic,
             "partition": pa.array(msg.queue_id.astype(np.int32)),
             "segmentPosition": pa.array(base + msg.pos),

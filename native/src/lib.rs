@@ -19,7 +19,7 @@ use arrow_array::types::{Int16Type, Int32Type, Int64Type, UInt64Type};
 use pyo3::prelude::*;
 
 use arrow::{binary, flags, numbers, optional, string_lists, string_maps, timestamps, utf8, Batch, BatchBuilder};
-use buffers::{gather as gather_slices, I64s, View};
+use buffers::{gather as gather_slices, Binary, I64s, View};
 
 /// `buf[starts[i]:ends[i]]` for every i, as a batch of one binary column, `values`.
 #[pyfunction]
@@ -175,8 +175,8 @@ fn rmq_rules(delay_levels: Vec<i64>, reserved: Vec<String>, system_topics: Vec<S
 #[pyfunction]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn rmq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64, hard_end: i64, phys_base: i64,
-                  file_end: i64, base: i64, verify_crc: bool, delay_levels: Vec<i64>, reserved: Vec<String>,
-                  system_topics: Vec<String>, system_prefix: String)
+                  file_end: i64, base: i64, labels: (String, String, i32, Vec<String>), verify_crc: bool,
+                  delay_levels: Vec<i64>, reserved: Vec<String>, system_topics: Vec<String>, system_prefix: String)
     -> PyResult<(Bound<'py, Batch>, i64, &'static str, String, i64, Bound<'py, Batch>, Vec<(usize, String)>)> {
     let view = View::new(buf)?;
     let rules = rmq_rules(delay_levels, reserved, system_topics, system_prefix);
@@ -191,14 +191,29 @@ fn rmq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64
     let reasons = std::mem::take(&mut m.reasons);
     let n = m.outer.len();
     Ok((positions(py, fr.positions, Some(fr.lengths))?, fr.stop, fr.kind.name(), fr.why, fr.need,
-        messages_batch(m, base).finish(py, n)?, reasons))
+        messages_batch(m, base, &labels).finish(py, n)?, reasons))
 }
 
 /// The decoded RocketMQ messages as the unified schema's columns, under their names and in
-/// their types (`base`: the file position of the chunk, added to SEGMENTPOSITION), and
-/// `outer`: the record each row comes from. Every row's record passed the checks, so both
-/// times are within a Spark TIMESTAMP.
-fn messages_batch(m: rocketmq::records::Messages, base: i64) -> BatchBuilder {
+/// their types, and `outer`: the record each row comes from. `base`: the file position of the
+/// chunk, added to SEGMENTPOSITION; `labels`: the source format and segment, the priority of
+/// every row, and the compression's name for each COMPRESSIONTYPE (SYSFLAG bits 8-10). Every
+/// row's record passed the checks, so both times are within a Spark TIMESTAMP.
+fn messages_batch(m: rocketmq::records::Messages, base: i64, labels: &(String, String, i32, Vec<String>))
+    -> BatchBuilder {
+    let (source_format, segment, priority, codec_names) = labels;
+    let n = m.outer.len();
+    let same_text = |text: &str| {
+        let mut b = Binary::with_capacity(n, n * text.len());
+        (0..n).for_each(|_| b.push(text.as_bytes()));
+        utf8(b, None)
+    };
+    let mut compression = Binary::with_capacity(n, 0);
+    let compressed: Vec<bool> = m.sysflag.iter().map(|&f| {
+        let on = f & rocketmq::layout::COMPRESSED_FLAG != 0;
+        compression.push(if on { codec_names[((f >> 8) & 7) as usize].as_bytes() } else { b"" });
+        on
+    }).collect();
     let shift = |mut v: Vec<i64>, add: i64| {
         v.iter_mut().for_each(|x| *x += add);
         v
@@ -219,7 +234,12 @@ fn messages_batch(m: rocketmq::records::Messages, base: i64) -> BatchBuilder {
         c.add(name, numbers::<Int32Type>(values));
     }
     c.add("bornTimestamp", timestamps(micros(m.born_ms), None))
-        .add("storeTimestamp", timestamps(micros(m.store_ms), None));
+        .add("storeTimestamp", timestamps(micros(m.store_ms), None))
+        .add("sourceFormat", same_text(source_format))
+        .add("segment", same_text(segment))
+        .add("priority", numbers::<Int32Type>(vec![*priority; n]))
+        .add("durability", numbers::<Int32Type>(vec![0; n]))
+        .add("compression", utf8(compression, Some(&compressed)));
     let p = m.props;
     c.add("topic", utf8(m.topic, None))
         .add("body", binary(m.body))
@@ -292,7 +312,7 @@ fn nsq_header_batch(c: nsq::headers::Columns) -> BatchBuilder {
 
 /// Bumped whenever a function's arguments or results change: `formats/native.py` uses the
 /// module only when it names the same version, so a stale build never meets newer codecs.
-const API_VERSION: u32 = 5;
+const API_VERSION: u32 = 6;
 
 #[pymodule]
 fn msglake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -324,7 +344,7 @@ mod tests {
     #[test]
     fn batches_of_no_rows_build() {
         let m = rocketmq::records::decode(&[], &[], &[], true, &rules());
-        assert_eq!(messages_batch(m, 0).build(0).unwrap().len(), 0);
+        assert_eq!(messages_batch(m, 0, &("f".into(), "s".into(), 4, vec![])).build(0).unwrap().len(), 0);
         assert_eq!(nsq_header_batch(nsq::headers::Columns::default()).build(0).unwrap().len(), 0);
     }
 }
