@@ -12,6 +12,8 @@ Java peer (:func:`java_peer.run`, pinned to the same CPU) must count the same me
 is compared doing the same work both ways: BODYCRC unchecked (its decoder's default) against the
 native core with ``verifyCrc: false``, and checked (msglake's default) against the native core as
 it runs by default.
+For the native path it also splits a pass into the core's calls, the chunk reads and the Python
+steps around them (``native_parts``).
 Writes benchmarks/results/decode-<timestamp>.json and prints a Markdown table.
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import java_peer  # benchmarks/ is on sys.path when a script in it runs
 from bench_ingest import decode_pass, ensure_data
@@ -35,6 +38,50 @@ def best_pass(fmt: str, data, path: str, repeat: int, options: dict | None = Non
     n, on_disk, seconds = min(runs, key=lambda r: r[2])
     return {"messages": n, "bytes": on_disk, "seconds": round(seconds, 3), "messagesPerS": n / seconds,
             "mbPerS": on_disk / seconds / 1e6}
+
+
+class _Timed:
+    """``target`` with the time spent in each of its callables added to ``spent[key]``."""
+
+    def __init__(self, target, spent: dict, key: str):
+        self._target, self._spent, self._key = target, spent, key
+
+    def __getattr__(self, name):
+        fn = getattr(self._target, name)
+
+        def timed(*args, **kw):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kw)
+            finally:
+                self._spent[self._key] += time.perf_counter() - t
+
+        return timed
+
+
+def native_parts(fmt: str, data, repeat: int) -> dict:
+    """Where the time of a native pass goes (the fastest of ``repeat``): in the core's calls, in the
+    chunk reads (the kernel's copy), and the rest, the codec's Python steps around them."""
+    from msglake.formats.registry import get_codec
+
+    os.environ["MSGLAKE_NATIVE"] = "1"
+    codec = get_codec(fmt)
+    segments = codec.scan(str(data)).segments
+    spent = {"core": 0.0, "read": 0.0}
+    codec._core = _Timed(codec._core, spent, "core")
+    codec._read_chunk = _Timed(codec, spent, "read")._read_chunk
+    best = None
+    for _ in range(repeat):
+        spent.update(core=0.0, read=0.0)
+        t = time.perf_counter()
+        for seg in segments:
+            for _res in codec.decode(str(data), seg, 0, seg.committed_end):
+                pass
+        total = time.perf_counter() - t
+        if best is None or total < best["seconds"]:
+            best = {"seconds": round(total, 3), "coreSeconds": round(spent["core"], 3),
+                    "readSeconds": round(spent["read"], 3), "pythonSeconds": round(total - sum(spent.values()), 3)}
+    return best
 
 
 def peer_lines(fmt: str, data, expected: int, runs: dict, repeat: int) -> list[str]:
@@ -84,6 +131,9 @@ def main(argv=None) -> int:
             lines.append(f"| {fmt} | {path} | {r['messagesPerS']:,.0f} | {r['mbPerS']:,.1f} | {r['seconds']} |")
         runs["speedup"] = runs["native"]["messagesPerS"] / runs["python"]["messagesPerS"]
         lines.append(f"| {fmt} | native / python | {runs['speedup']:.2f}x | | |")
+        parts = runs["nativeParts"] = native_parts(fmt, data, args.repeat)
+        lines.append(f"| {fmt} | native, where a pass goes | core {parts['coreSeconds']} s, reads {parts['readSeconds']} s, "
+                     f"Python {parts['pythonSeconds']} s | | {parts['seconds']} |")
         if fmt == PEER_FORMAT:
             lines += peer_lines(fmt, data, expected, runs, args.repeat)
         result["formats"][fmt] = runs
