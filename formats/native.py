@@ -16,7 +16,7 @@ import pyarrow as pa
 
 ENV = "MSGLAKE_NATIVE"
 #: The extension's ``API_VERSION`` these codecs call (``native/src/lib.rs``).
-API_VERSION = 6
+API_VERSION = 7
 _warned = False
 
 

@@ -118,12 +118,19 @@ def frame(buf, start: int, end: int, core=None) -> Framing:
 _NOT_PROPERTIES = (sorted(H.COLUMN_HEADERS), list(H.RESERVED_PREFIXES))
 
 
-def frame_chunk(buf, core=None) -> tuple[Framing, pa.RecordBatch | None]:
-    """:func:`frame` of a whole chunk; with the native ``core``, also the chunk's rows when every
-    record in it is plain (decoded in the same pass, see ``native/src/nsq/chunk.rs``), else None."""
+def frame_chunk(buf, core=None, seg: SegmentInfo | None = None, store_host: str | None = None,
+                base: int = 0) -> tuple[Framing, pa.RecordBatch | None]:
+    """:func:`frame` of a whole chunk (from file position ``base`` of ``seg``); with the native
+    ``core``, also the chunk's rows when every record in it is plain (decoded in the same pass, see
+    ``native/src/nsq/chunk.rs``), else None: the source schema's columns an NSQ record fills (in
+    their schema types, the constant ones of ``seg`` and ``store_host`` included)."""
     if core is None:
         return frame(buf, 0, len(buf)), None
-    at, pos, kind, bad, plain = core.nsq_chunk(buf, 0, len(buf), *_NOT_PROPERTIES)
+    topic, partition, name, first = (seg.topic, seg.partition, seg.segment, seg.start_virtual) if seg else (None,) * 4
+    rows_at = (base, first, (DEFAULT_PRIORITY, 0),
+               ([("topic", topic), ("sourceFormat", SOURCE_FORMAT), ("segment", name), ("storeHost", store_host)],
+                [("partition", partition)]))
+    at, pos, kind, bad, plain = core.nsq_chunk(buf, 0, len(buf), *_NOT_PROPERTIES, rows_at)
     return _framing(NV.numbers(NV.arrow(at), "positions"), pos, kind, bad), None if plain is None else NV.arrow(plain)
 
 
@@ -294,10 +301,7 @@ def decode_chunk(
             quarantine.add(base + p, buf[p : p + 4 + ln].tobytes(), seg.problem)
         return ChunkDecode(None, 0)
     if plain is not None:
-        own = ("store_us", "attempts", "messageId", "body")
-        batch = _batch(NV.columns(plain, skip=own), seg, store_host, base + pos, n + 4, plain.column("messageId"),
-                       NV.numbers(plain, "store_us"), NV.numbers(plain, "attempts"), plain.column("body"))
-        return ChunkDecode(batch, int((n + 4).sum()))
+        return ChunkDecode(source_batch(NV.columns(plain), len(pos)), int((n + 4).sum()))
 
     rec_end = pos + 4 + n
     f = (_python_fields if core is None else _native_fields)(buf, pos, n, core)
@@ -625,7 +629,7 @@ class NsqExtCodec(NativeCodec):
                     if not data:
                         break
                 chunk_end = pos + len(data)
-                fr, plain = frame_chunk(data, self._core)
+                fr, plain = frame_chunk(data, self._core, seg, self.store_host, pos)
                 if plain is None and not isinstance(data, bytes):
                     data = bytes(data)  # the step path may keep views of the chunk: its own copy
                 if fr.stop_kind == "incomplete" and chunk_end < end and len(fr.positions) == 0:
@@ -635,7 +639,7 @@ class NsqExtCodec(NativeCodec):
                         f.seek(pos)
                         data = f.read(need)
                         chunk_end = pos + len(data)
-                        fr, plain = frame_chunk(data, self._core)
+                        fr, plain = frame_chunk(data, self._core, seg, self.store_host, pos)
                 qb = QuarantineBuilder(SOURCE_FORMAT, seg)
                 chunk = decode_chunk(np.frombuffer(data, np.uint8), pos, fr, seg, self.store_host, qb, self._core,
                                      plain)

@@ -494,9 +494,10 @@ _NATIVE_RULES = (sorted(L.RESERVED_KEYS), sorted(L.SYSTEM_TOPICS), L.SYSTEM_TOPI
 
 
 def _native_decoded(decoded: tuple[pa.RecordBatch, list], n: int) -> _Decoded:
-    """What :func:`_python_messages` and ``RocketMqCommitLogCodec._record_columns`` make, by the
-    native core: the rows it made of a chunk's ``n`` records as it walked them (``rmq_chunk``),
-    already the unified schema's columns, handed over through the Arrow C Data Interface."""
+    """What :func:`_python_messages`, ``RocketMqCommitLogCodec._record_columns`` and
+    ``_property_columns`` make, by the native core: the rows it made of a chunk's ``n`` records as
+    it walked them (``rmq_chunk``), already the unified schema's columns, handed over through the
+    Arrow C Data Interface."""
     rows, reasons = decoded
     r = _Reasons(n)
     for i, why in reasons:
@@ -514,7 +515,7 @@ class _Decoded:
     o: np.ndarray  # index of the record each row comes from
     length: np.ndarray  # bytes to account per row
     sysflag: np.ndarray
-    columns: dict[str, pa.Array]  # the unified schema's, but for the chunk's constants and compression
+    columns: dict[str, pa.Array]  # the unified schema's (a decoded row leaves searchKey, reason, rawBytes null)
 
 
 #: COMPRESSIONTYPE (SYSFLAG bits 8-10) -> the compression column's name.
@@ -837,8 +838,8 @@ class RocketMqCommitLogCodec(NativeCodec):
             return walk(data, 0, len(data), hard_end, phys_base, file_end)
         at, stop, kind, why, need, rows, reasons = self._core.rmq_chunk(
             data, 0, len(data), hard_end, phys_base, file_end, base,
-            (SOURCE_FORMAT, segment, DEFAULT_PRIORITY, _CODEC_LIST), self.verify_crc, self.delay_levels.tolist(),
-            *_NATIVE_RULES)
+            ([("sourceFormat", SOURCE_FORMAT), ("segment", segment)], [("priority", DEFAULT_PRIORITY), ("durability", 0)]),
+            _CODEC_LIST, self.verify_crc, self.delay_levels.tolist(), *_NATIVE_RULES)
         at = NV.arrow(at)
         return Framing(NV.numbers(at, "positions"), NV.numbers(at, "lengths"), stop, kind, why, need,
                        (NV.arrow(rows), reasons))
@@ -917,7 +918,8 @@ class RocketMqCommitLogCodec(NativeCodec):
             "segment": constant(seg.segment, m),
             "priority": pa.array(np.full(m, DEFAULT_PRIORITY, np.int32)),
             "durability": pa.array(np.zeros(m, np.int32)),
-            "compression": pa.array(np.where(compressed, _CODEC_NAMES[(msg.sysflag >> 8) & 7], None), pa.string()),
+            "compression": (pa.array(np.where(compressed, _CODEC_NAMES[(msg.sysflag >> 8) & 7], None), pa.string())
+                            if compressed.any() else pa.nulls(m, pa.string())),
             "topic": msg.topic,
             "partition": pa.array(msg.queue_id.astype(np.int32)),
             "segmentPosition": pa.array(base + msg.pos),

@@ -128,9 +128,11 @@ pub fn utf8(b: Binary, valid: Option<&[bool]>) -> ArrayRef {
     // SAFETY: the offsets were checked by OffsetBuffer::new and lie within `data` (Binary
     // appends both together). The values are UTF-8: every text column is made of bytes the
     // decoders checked as UTF-8 (RocketMQ topics and property strings, cut only at ASCII
-    // separators; NSQ version-2 tags), of ASCII they wrote (ids, hosts, numbers) or of simple
+    // separators; NSQ version-2 tags), of ASCII they wrote (ids, hosts, numbers), of simple
     // JSON strings, which are printable ASCII (`nsq::json`; pairs Python hands to
-    // `nsq_header_columns` are checked to be ASCII there), so they are not validated again.
+    // `nsq_header_columns` are checked to be ASCII there) or of Rust `String`s Python passed
+    // (constant columns, compression names: pyo3 made them from `str`s), so they are not
+    // validated again.
     Arc::new(unsafe { StringArray::new_unchecked(off, data, valid.and_then(nulls)) })
 }
 

@@ -16,6 +16,7 @@ mod rocketmq;
 mod text;
 
 use arrow_array::types::{Int16Type, Int32Type, Int64Type, UInt64Type};
+use arrow_schema::DataType;
 use pyo3::prelude::*;
 
 use arrow::{binary, flags, numbers, optional, string_lists, string_maps, timestamps, utf8, Batch, BatchBuilder};
@@ -112,14 +113,42 @@ fn nsq_scan_headers<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, starts: &Boun
     Ok(Some((counts.finish(py, records)?, p.names, c.finish(py, pairs)?)))
 }
 
+/// Columns of one value on every row, as a step's caller names them: texts and int32 numbers,
+/// null where None.
+type Constants = (Vec<(String, Option<String>)>, Vec<(String, Option<i32>)>);
+
+fn add_constants(c: &mut BatchBuilder, n: usize, (texts, ints): &Constants) {
+    for (name, text) in texts {
+        let column = match text {
+            Some(text) => {
+                let offsets = (0..=n).map(|i| (i * text.len()) as i32).collect();
+                utf8(Binary { offsets, data: text.as_bytes().repeat(n) }, None)
+            }
+            None => arrow_array::new_null_array(&DataType::Utf8, n),
+        };
+        c.add(name, column);
+    }
+    for (name, value) in ints {
+        c.add(name, match value {
+            Some(value) => numbers::<Int32Type>(vec![*value; n]),
+            None => arrow_array::new_null_array(&DataType::Int32, n),
+        });
+    }
+}
+
+/// Where a chunk's rows sit and what every row of it has: the chunk's file position, the
+/// segment's first queue offset (None: unknown), the priority and durability of a record whose
+/// headers give none, and the constant columns.
+type ChunkRows = (i64, Option<i64>, (i32, i32), Constants);
+
 /// NSQ: frame `buf[start:end]` and, when every record is plain (`nsq::chunk`), decode it in
-/// the same pass: (positions, stop, kind, bad length prefix, rows or None). The rows:
-/// `store_us`, `attempts`, `messageId`, `body` and the header columns of `nsq_header_columns`.
-/// `columns`/`prefixes`: header names that are no user property.
+/// the same pass: (positions, stop, kind, bad length prefix, rows or None). The rows: the
+/// unified schema's columns, in its names and types (`rows_at` says where they sit and gives
+/// the constant ones). `columns`/`prefixes`: header names that are no user property.
 #[pyfunction]
 #[allow(clippy::type_complexity)]
 fn nsq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64, columns: Vec<String>,
-                  prefixes: Vec<String>)
+                  prefixes: Vec<String>, rows_at: ChunkRows)
     -> PyResult<(Bound<'py, Batch>, i64, &'static str, i64, Option<Bound<'py, Batch>>)> {
     let view = View::new(buf)?;
     let bytes = |words: Vec<String>| words.into_iter().map(String::into_bytes).collect();
@@ -128,13 +157,32 @@ fn nsq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64
     let fr = c.framing;
     let rows = match c.rows {
         None => None,
-        Some(r) => {
+        Some(mut r) => {
+            // Every framed record is a row (the pass makes none unless all are plain).
             let n = r.store_us.len();
+            let (base, first_offset, (priority, durability), constants) = &rows_at;
+            for (col, default) in r.headers.ints.iter_mut().zip([*priority, *durability]) {
+                col.fill(default as i64);
+            }
+            let at: Vec<i64> = fr.positions.iter().map(|p| base + p).collect();
+            let lengths: Vec<i64> = fr.positions.iter().zip(fr.positions.iter().skip(1).chain([&fr.stop]))
+                .map(|(a, b)| b - a).collect();
+            let offsets = first_offset.map(|first| at.iter().map(|p| p + first).collect::<Vec<_>>());
+            let body_size: Vec<i32> = r.body.offsets.windows(2).map(|w| w[1] - w[0]).collect();
             let mut cols = nsq_header_batch(r.headers);
-            cols.add("store_us", numbers::<Int64Type>(r.store_us))
-                .add("attempts", numbers::<Int32Type>(r.attempts))
+            cols.add("segmentPosition", numbers::<Int64Type>(at))
+                .add("queueOffset", match offsets {
+                    Some(offsets) => numbers::<Int64Type>(offsets),
+                    None => arrow_array::new_null_array(&DataType::Int64, n),
+                })
+                .add("recordLength", numbers::<Int64Type>(lengths))
+                .add("storeTimestamp", timestamps(r.store_us, None))
+                .add("deliveryCount", numbers::<Int32Type>(r.attempts))
                 .add("messageId", utf8(r.message_id, None))
-                .add("body", binary(r.body));
+                .add("body", binary(r.body))
+                .add("bodySize", numbers::<Int32Type>(body_size))
+                .add("systemCopy", flags(&vec![false; n])); // NSQ keeps no internal copies
+            add_constants(&mut cols, n, constants);
             Some(cols.finish(py, n)?)
         }
     };
@@ -175,9 +223,12 @@ fn rmq_rules(delay_levels: Vec<i64>, reserved: Vec<String>, system_topics: Vec<S
 #[pyfunction]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn rmq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64, hard_end: i64, phys_base: i64,
-                  file_end: i64, base: i64, labels: (String, String, i32, Vec<String>), verify_crc: bool,
+                  file_end: i64, base: i64, constants: Constants, codec_names: Vec<String>, verify_crc: bool,
                   delay_levels: Vec<i64>, reserved: Vec<String>, system_topics: Vec<String>, system_prefix: String)
     -> PyResult<(Bound<'py, Batch>, i64, &'static str, String, i64, Bound<'py, Batch>, Vec<(usize, String)>)> {
+    if codec_names.len() != 8 {
+        return Err(pyo3::exceptions::PyValueError::new_err("a compression name for each of the 8 COMPRESSIONTYPEs"));
+    }
     let view = View::new(buf)?;
     let rules = rmq_rules(delay_levels, reserved, system_topics, system_prefix);
     let (fr, mut m) = py.allow_threads(|| {
@@ -191,23 +242,17 @@ fn rmq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64
     let reasons = std::mem::take(&mut m.reasons);
     let n = m.outer.len();
     Ok((positions(py, fr.positions, Some(fr.lengths))?, fr.stop, fr.kind.name(), fr.why, fr.need,
-        messages_batch(m, base, &labels).finish(py, n)?, reasons))
+        messages_batch(m, base, &constants, &codec_names).finish(py, n)?, reasons))
 }
 
 /// The decoded RocketMQ messages as the unified schema's columns, under their names and in
 /// their types, and `outer`: the record each row comes from. `base`: the file position of the
-/// chunk, added to SEGMENTPOSITION; `labels`: the source format and segment, the priority of
-/// every row, and the compression's name for each COMPRESSIONTYPE (SYSFLAG bits 8-10). Every
-/// row's record passed the checks, so both times are within a Spark TIMESTAMP.
-fn messages_batch(m: rocketmq::records::Messages, base: i64, labels: &(String, String, i32, Vec<String>))
+/// chunk, added to SEGMENTPOSITION; `constants`: the columns of one value; `codec_names`: the
+/// compression's name for each COMPRESSIONTYPE (SYSFLAG bits 8-10). Every row's record passed
+/// the checks, so both times are within a Spark TIMESTAMP.
+fn messages_batch(m: rocketmq::records::Messages, base: i64, constants: &Constants, codec_names: &[String])
     -> BatchBuilder {
-    let (source_format, segment, priority, codec_names) = labels;
     let n = m.outer.len();
-    let same_text = |text: &str| {
-        let mut b = Binary::with_capacity(n, n * text.len());
-        (0..n).for_each(|_| b.push(text.as_bytes()));
-        utf8(b, None)
-    };
     let mut compression = Binary::with_capacity(n, 0);
     let compressed: Vec<bool> = m.sysflag.iter().map(|&f| {
         let on = f & rocketmq::layout::COMPRESSED_FLAG != 0;
@@ -235,11 +280,8 @@ fn messages_batch(m: rocketmq::records::Messages, base: i64, labels: &(String, S
     }
     c.add("bornTimestamp", timestamps(micros(m.born_ms), None))
         .add("storeTimestamp", timestamps(micros(m.store_ms), None))
-        .add("sourceFormat", same_text(source_format))
-        .add("segment", same_text(segment))
-        .add("priority", numbers::<Int32Type>(vec![*priority; n]))
-        .add("durability", numbers::<Int32Type>(vec![0; n]))
         .add("compression", utf8(compression, Some(&compressed)));
+    add_constants(&mut c, n, constants);
     let p = m.props;
     c.add("topic", utf8(m.topic, None))
         .add("body", binary(m.body))
@@ -312,7 +354,7 @@ fn nsq_header_batch(c: nsq::headers::Columns) -> BatchBuilder {
 
 /// Bumped whenever a function's arguments or results change: `formats/native.py` uses the
 /// module only when it names the same version, so a stale build never meets newer codecs.
-const API_VERSION: u32 = 6;
+const API_VERSION: u32 = 7;
 
 #[pymodule]
 fn msglake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -344,7 +386,30 @@ mod tests {
     #[test]
     fn batches_of_no_rows_build() {
         let m = rocketmq::records::decode(&[], &[], &[], true, &rules());
-        assert_eq!(messages_batch(m, 0, &("f".into(), "s".into(), 4, vec![])).build(0).unwrap().len(), 0);
+        assert_eq!(messages_batch(m, 0, &(vec![("s".into(), None)], vec![("i".into(), Some(4))]), &[]).build(0).unwrap().len(), 0);
         assert_eq!(nsq_header_batch(nsq::headers::Columns::default()).build(0).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn a_rocketmq_row_is_placed_timed_labelled_and_named_compressed() {
+        use arrow_array::cast::AsArray;
+        use arrow_array::types::TimestampMicrosecondType;
+
+        let mut rec = rocketmq::layout::tests::record(0, b"zipped", "t", b"");
+        rec[36..40].copy_from_slice(&(rocketmq::layout::COMPRESSED_FLAG | 2 << 8).to_be_bytes()); // zstd
+        let m = rocketmq::records::decode(&rec, &[0], &[rec.len() as i64], true, &rules());
+        let names: Vec<String> = (0..8).map(|t| format!("codec{t}")).collect();
+        let constants = (vec![("segment".into(), Some("00000000000000000000".into())), ("none".into(), None)],
+                         vec![("priority".into(), Some(4)), ("nothing".into(), None)]);
+        let b = messages_batch(m, 1_000, &constants, &names).build(1).unwrap();
+        let column = |name: &str| b.column_by_name(name).unwrap_or_else(|| panic!("no {name}")).clone();
+        assert_eq!(column("segmentPosition").as_primitive::<Int64Type>().value(0), 1_000);
+        let born = rocketmq::records::decode(&rec, &[0], &[rec.len() as i64], true, &rules()).born_ms[0];
+        assert_eq!(column("bornTimestamp").as_primitive::<TimestampMicrosecondType>().value(0), born * 1000);
+        assert_eq!(column("bodySize").as_primitive::<Int32Type>().value(0), 6);
+        assert_eq!(column("compression").as_string::<i32>().value(0), "codec2");
+        assert_eq!(column("segment").as_string::<i32>().value(0), "00000000000000000000");
+        assert_eq!(column("priority").as_primitive::<Int32Type>().value(0), 4);
+        assert!(column("none").is_null(0) && column("nothing").is_null(0));
     }
 }

@@ -135,8 +135,8 @@ def test_clean_nsq_chunks_are_decoded_in_one_native_pass(tmp_path, monkeypatch):
 
     plain = []
     frame_chunk = nsq_ext.frame_chunk
-    def spy(buf, core=None):
-        fr, rows = frame_chunk(buf, core)
+    def spy(buf, core=None, *where):
+        fr, rows = frame_chunk(buf, core, *where)
         if core is not None and len(fr.positions):  # (a chunk smaller than its first record is read again)
             plain.append(rows is not None)
         return fr, rows
@@ -328,9 +328,12 @@ def test_columns_cross_through_the_c_data_interface_in_their_schema_types(tmp_pa
         assert len(shared) >= 18, (fmt, shared)
         for name in shared:
             assert batch.column(name).type == SOURCE_SCHEMA.field(name).type, (fmt, name)
-    # A RocketMQ chunk's rows come whole, the chunk's constants and compression included.
+    # A chunk's rows come whole, the chunk's constants and (RocketMQ) compression included.
     left = set(SOURCE_SCHEMA.names) - set(rows["rocketmq-commitlog"].schema.names)
     assert left == {"searchKey", "reason", "rawBytes"}, left
+    own = {"topic", "partition", "sourceFormat", "segment", "segmentPosition", "queueOffset", "storeTimestamp",
+           "storeHost", "priority", "durability", "deliveryCount", "body", "bodySize", "recordLength", "systemCopy"}
+    assert own <= set(rows["nsq-ext"].schema.names), own - set(rows["nsq-ext"].schema.names)
     at = nsq._core.gather(data, np.array([0, 8], np.int64), np.array([4, 12], np.int64))
     assert hasattr(at, "__arrow_c_array__")
     one, two = N.arrow(at).column("values"), N.arrow(at).column("values")

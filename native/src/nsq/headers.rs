@@ -67,6 +67,15 @@ impl Column {
         }
     }
 
+    /// `default` for every null number, the column then all valid (a fill_null).
+    pub fn fill(&mut self, default: i64) {
+        for (v, ok) in self.ints.iter_mut().zip(self.valid.iter_mut()) {
+            if !*ok {
+                (*v, *ok) = (default, true);
+            }
+        }
+    }
+
     fn int(&mut self, v: Option<i64>) {
         self.ints.push(v.unwrap_or(0));
         self.valid.push(v.is_some());

@@ -1,6 +1,6 @@
 //! Well-framed records -> one row per message, with the checks that quarantine a record.
 //!
-//! The checks, in the reference's order (`formats/rocketmq_commitlog.py::_records`), the first
+//! The checks, in the reference's order (`formats/rocketmq_commitlog.py::_python_messages`), the first
 //! failing one giving the reason: timestamps a Spark TIMESTAMP holds, BODYCRC, the inner
 //! batch, a UTF-8 topic, UTF-8 properties. Rows are made for the records that pass.
 
