@@ -201,6 +201,22 @@ def constant(value, n: int, typ: pa.DataType = pa.string()) -> pa.Array:
     return pa.repeat(pa.scalar(value, typ), n)
 
 
+#: Columns of one value on every row of a chunk: (texts, int32 numbers), each a list of
+#: (column, value or None). The native core takes them as they are (``add_constants``); the
+#: Python path makes them with :func:`constant_columns`.
+Constants = tuple[list[tuple[str, str | None]], list[tuple[str, int | None]]]
+
+
+def constant_columns(constants: Constants, n: int) -> dict[str, pa.Array]:
+    """The columns ``constants`` name, ``n`` rows each.
+
+    >>> {k: v.to_pylist() for k, v in constant_columns(([("a", "x")], [("b", None)]), 2).items()}
+    {'a': ['x', 'x'], 'b': [None, None]}
+    """
+    texts, ints = constants
+    return {**{name: constant(v, n) for name, v in texts}, **{name: constant(v, n, pa.int32()) for name, v in ints}}
+
+
 def scatter(arr: pa.Array, where: np.ndarray, n: int) -> pa.Array:
     """Spread ``arr`` (one value per row in ``where``) over ``n`` rows, null elsewhere."""
     if len(where) == n:

@@ -37,7 +37,8 @@ from msglake.formats.base import (
     be_uint,
     binary_array,
     concat_batches,
-    constant,
+    Constants,
+    constant_columns,
     gather_slices,
     scatter,
     shrink_loss,
@@ -118,6 +119,17 @@ def frame(buf, start: int, end: int, core=None) -> Framing:
 _NOT_PROPERTIES = (sorted(H.COLUMN_HEADERS), list(H.RESERVED_PREFIXES))
 
 
+#: What a record's headers leave null is the schema's default.
+_HEADER_DEFAULTS = {"priority": DEFAULT_PRIORITY, "durability": 0}
+
+
+def _segment_constants(seg: SegmentInfo | None, store_host: str | None) -> Constants:
+    """The columns of one value on every row decoded from ``seg``."""
+    topic, partition, name = (seg.topic, seg.partition, seg.segment) if seg else (None, None, None)
+    return ([("topic", topic), ("sourceFormat", SOURCE_FORMAT), ("segment", name), ("storeHost", store_host)],
+            [("partition", partition)])
+
+
 def frame_chunk(buf, core=None, seg: SegmentInfo | None = None, store_host: str | None = None,
                 base: int = 0) -> tuple[Framing, pa.RecordBatch | None]:
     """:func:`frame` of a whole chunk (from file position ``base`` of ``seg``); with the native
@@ -126,10 +138,8 @@ def frame_chunk(buf, core=None, seg: SegmentInfo | None = None, store_host: str 
     their schema types, the constant ones of ``seg`` and ``store_host`` included)."""
     if core is None:
         return frame(buf, 0, len(buf)), None
-    topic, partition, name, first = (seg.topic, seg.partition, seg.segment, seg.start_virtual) if seg else (None,) * 4
-    rows_at = (base, first, (DEFAULT_PRIORITY, 0),
-               ([("topic", topic), ("sourceFormat", SOURCE_FORMAT), ("segment", name), ("storeHost", store_host)],
-                [("partition", partition)]))
+    rows_at = (base, seg.start_virtual if seg else None, (_HEADER_DEFAULTS["priority"], _HEADER_DEFAULTS["durability"]),
+               _segment_constants(seg, store_host))
     at, pos, kind, bad, plain = core.nsq_chunk(buf, 0, len(buf), *_NOT_PROPERTIES, rows_at)
     return _framing(NV.numbers(NV.arrow(at), "positions"), pos, kind, bad), None if plain is None else NV.arrow(plain)
 
@@ -378,21 +388,17 @@ def _batch(columns: dict[str, pa.Array], seg: SegmentInfo, store_host: str | Non
            body: pa.Array) -> pa.RecordBatch:
     """The source batch of decoded records: their header columns and the record's own fields."""
     m = len(positions)
-    columns["priority"] = pc.fill_null(columns["priority"], DEFAULT_PRIORITY)
-    columns["durability"] = pc.fill_null(columns["durability"], 0)
+    for name, default in _HEADER_DEFAULTS.items():
+        columns[name] = pc.fill_null(columns[name], default)
     columns.update(
         {
-            "topic": constant(seg.topic, m),
-            "partition": pa.array(np.full(m, seg.partition, np.int32)),
-            "sourceFormat": constant(SOURCE_FORMAT, m),
-            "segment": constant(seg.segment, m),
+            **constant_columns(_segment_constants(seg, store_host), m),
             "segmentPosition": pa.array(positions),
             "queueOffset": pa.array(positions + seg.start_virtual)
             if seg.start_virtual is not None
             else pa.nulls(m, pa.int64()),
             "messageId": message_id,
             "storeTimestamp": pa.array(store_us, pa.int64()).cast(TS),
-            "storeHost": constant(store_host, m),
             "deliveryCount": pa.array(attempts),
             "body": body,
             "bodySize": pc.binary_length(body),  # int32, as the schema's bodySize

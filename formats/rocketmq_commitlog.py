@@ -52,7 +52,8 @@ from msglake.formats.base import (
     be_int,
     binary_array,
     concat_batches,
-    constant,
+    Constants,
+    constant_columns,
     gather_slices,
     hex_upper,
     padding_batch,
@@ -518,6 +519,11 @@ class _Decoded:
     columns: dict[str, pa.Array]  # the unified schema's (a decoded row leaves searchKey, reason, rawBytes null)
 
 
+def _chunk_constants(segment: str) -> Constants:
+    """The columns of one value on every row decoded from ``segment``."""
+    return [("sourceFormat", SOURCE_FORMAT), ("segment", segment)], [("priority", DEFAULT_PRIORITY), ("durability", 0)]
+
+
 #: COMPRESSIONTYPE (SYSFLAG bits 8-10) -> the compression column's name.
 _CODEC_LIST = [L.COMPRESSION_TYPES.get(t, f"unknown({t})") for t in range(8)]
 _CODEC_NAMES = np.array(_CODEC_LIST, dtype=object)
@@ -838,8 +844,7 @@ class RocketMqCommitLogCodec(NativeCodec):
             return walk(data, 0, len(data), hard_end, phys_base, file_end)
         at, stop, kind, why, need, rows, reasons = self._core.rmq_chunk(
             data, 0, len(data), hard_end, phys_base, file_end, base,
-            ([("sourceFormat", SOURCE_FORMAT), ("segment", segment)], [("priority", DEFAULT_PRIORITY), ("durability", 0)]),
-            _CODEC_LIST, self.verify_crc, self.delay_levels.tolist(), *_NATIVE_RULES)
+            _chunk_constants(segment), _CODEC_LIST, self.verify_crc, self.delay_levels.tolist(), *_NATIVE_RULES)
         at = NV.arrow(at)
         return Framing(NV.numbers(at, "positions"), NV.numbers(at, "lengths"), stop, kind, why, need,
                        (NV.arrow(rows), reasons))
@@ -914,10 +919,7 @@ class RocketMqCommitLogCodec(NativeCodec):
         m = len(msg.o)
         compressed = (msg.sysflag & L.COMPRESSED_FLAG) != 0
         return {
-            "sourceFormat": constant(SOURCE_FORMAT, m),
-            "segment": constant(seg.segment, m),
-            "priority": pa.array(np.full(m, DEFAULT_PRIORITY, np.int32)),
-            "durability": pa.array(np.zeros(m, np.int32)),
+            **constant_columns(_chunk_constants(seg.segment), m),
             "compression": (pa.array(np.where(compressed, _CODEC_NAMES[(msg.sysflag >> 8) & 7], None), pa.string())
                             if compressed.any() else pa.nulls(m, pa.string())),
             "topic": msg.topic,

@@ -64,6 +64,11 @@ impl Binary {
         Binary { offsets, data: Vec::with_capacity(bytes) }
     }
 
+    /// The length of each value (a binary column's sizes, as Arrow's int32).
+    pub fn lengths(&self) -> Vec<i32> {
+        self.offsets.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+
     #[inline(always)]
     pub fn push(&mut self, value: &[u8]) {
         append(&mut self.data, value);

@@ -168,7 +168,7 @@ fn nsq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64
             let lengths: Vec<i64> = fr.positions.iter().zip(fr.positions.iter().skip(1).chain([&fr.stop]))
                 .map(|(a, b)| b - a).collect();
             let offsets = first_offset.map(|first| at.iter().map(|p| p + first).collect::<Vec<_>>());
-            let body_size: Vec<i32> = r.body.offsets.windows(2).map(|w| w[1] - w[0]).collect();
+            let body_size = r.body.lengths();
             let mut cols = nsq_header_batch(r.headers);
             cols.add("segmentPosition", numbers::<Int64Type>(at))
                 .add("queueOffset", match offsets {
@@ -267,7 +267,7 @@ fn messages_batch(m: rocketmq::records::Messages, base: i64, constants: &Constan
         v.iter_mut().for_each(|x| *x *= 1000);
         v
     };
-    let body_size: Vec<i32> = m.body.offsets.windows(2).map(|w| w[1] - w[0]).collect();
+    let body_size = m.body.lengths();
     let mut c = BatchBuilder::new();
     for (name, values) in [("outer", m.outer), ("segmentPosition", shift(m.pos, base)), ("queueOffset", m.queue_offset),
                            ("physicalOffset", m.physical_offset), ("preparedTransactionOffset", m.prepared),
