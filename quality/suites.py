@@ -8,6 +8,8 @@ sets) use the stock expectations. Every check has a level: ``error`` (great-expe
 """
 from __future__ import annotations
 
+import importlib
+import sys
 from dataclasses import dataclass, field
 
 from pyspark.sql import Column, DataFrame, functions as F
@@ -126,10 +128,26 @@ def checks(table: str, levels: dict[str, str]) -> list[Check]:
     raise ValueError(f"no quality suite for table {table!r}; known: {', '.join(TABLES)}")
 
 
+def great_expectations(module: str = "great_expectations"):
+    """``module`` of great-expectations, imported here (the library takes seconds to load) so that
+    it also loads where ``__main__`` has neither a spec nor a file (``python -c``, pytest-xdist's
+    workers, an embedding host): great-expectations imports pyspark.sql.connect, which then takes
+    itself for pyspark's own doctest run and ends the process with exit status 0. Marked as an
+    interactive session for that import, it checks its own dependencies instead and raises the
+    ImportError great-expectations expects when Spark Connect's are missing."""
+    if "great_expectations" not in sys.modules and not hasattr(sys, "ps1"):
+        sys.ps1 = ""
+        try:
+            importlib.import_module("great_expectations")
+        finally:
+            del sys.ps1
+    return importlib.import_module(module)
+
+
 def expectation(check: Check):
-    """The great-expectations object of ``check`` (imported here: the library takes seconds to load)."""
-    import great_expectations.expectations as gxe
-    from great_expectations.expectations.metadata_types import FailureSeverity
+    """The great-expectations object of ``check``."""
+    gxe = great_expectations("great_expectations.expectations")
+    FailureSeverity = great_expectations("great_expectations.expectations.metadata_types").FailureSeverity
 
     severity = FailureSeverity.CRITICAL if check.level == "error" else FailureSeverity.WARNING
     kind = getattr(gxe, check.kind)

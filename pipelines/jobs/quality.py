@@ -80,8 +80,8 @@ def _table(spark: SparkSession, settings: Settings, table: str) -> DataFrame:
 def _validate(df: DataFrame, table: str, checks: list[suites.Check]):
     """Run the suite on ``df``; returns great-expectations' validation result."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")  # no network here; never phone home
-    import great_expectations as gx
-    from great_expectations.data_context.types.base import ProgressBarsConfig
+    gx = suites.great_expectations()
+    ProgressBarsConfig = suites.great_expectations("great_expectations.data_context.types.base").ProgressBarsConfig
 
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
