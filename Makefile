@@ -76,8 +76,12 @@ demo: setup
 	$(BIN)/msglake demo
 
 # With cargo on the machine the native core must have been built: its tests then fail, not skip.
+# On pytest-xdist's workers (a worker per core, as memory allows), each with its own SparkSession,
+# taking a file's tests at a time, the longest first (tests/conftest.py: pytest_xdist_make_scheduler).
+TEST_WORKERS ?= auto
 test: setup test-native
-	MSGLAKE_REQUIRE_NATIVE=$$(command -v cargo >/dev/null 2>&1 && echo 1 || echo 0) $(BIN)/python -m pytest
+	MSGLAKE_REQUIRE_NATIVE=$$(command -v cargo >/dev/null 2>&1 && echo 1 || echo 0) $(BIN)/python -m pytest \
+	    -n $(TEST_WORKERS) --dist loadfile
 
 # The crate's own unit tests (framing, fields, headers, properties); a few seconds.
 test-native:

@@ -1,11 +1,69 @@
-"""One SparkSession for the whole run (it costs ~4 s to start); lakes live under tmp_path."""
+"""One SparkSession per test process (it costs ~4 s to start; `make test` runs a process per pytest-xdist
+worker); lakes live under tmp_path."""
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 
 import pytest
 
 from msglake.pipelines import settings as settings_mod
+
+
+#: The files whose tests read the session's shared replayed lake (the ``replayed`` fixture, ~100 s
+#: to build): on pytest-xdist's workers they run as one group, so the lake is built once, on one
+#: worker, instead of on each. (Collection fails if a test elsewhere takes the fixture.)
+REPLAYED_FILES = ("tests/pipelines/test_sql.py", "tests/pipelines/test_quality_report.py",
+                  "tests/pipelines/test_replay.py", "tests/pipelines/test_history.py", "tests/test_notebooks.py")
+
+#: The suite's longest groups of tests and their worker-seconds in a two-worker run (2026-11-27, this
+#: 2-core machine kind). `make test` hands groups to its workers longest first, so that no long group
+#: starts last while the other worker idles. A hint only: the groups not named here come after these,
+#: those with the most tests first (pytest-xdist's own order).
+LONG_GROUPS = {
+    "replayed": 560, "tests/pipelines/test_semantics_stream.py": 300, "tests/pipelines/test_stream.py": 185,
+    "tests/pipelines/test_cluster.py": 165, "tests/test_wheel.py": 150, "tests/pipelines/test_ingest.py": 140,
+    "tests/transforms/test_lifecycle.py": 85, "tests/pipelines/test_rocketmq_ingest.py": 60, "tests/test_cli.py": 60,
+    "tests/pipelines/test_once.py": 50,
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    stray = sorted({item.nodeid.split("::")[0] for item in items if "replayed" in item.fixturenames}
+                   - set(REPLAYED_FILES))
+    if stray:
+        raise pytest.UsageError(f"{', '.join(stray)} use the replayed fixture: add them to REPLAYED_FILES in tests/conftest.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` (what `make test` passes): a file's tests on one worker, as pytest-xdist does,
+    with the REPLAYED_FILES as one group and the LONG_GROUPS handed out first."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SuiteScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return "replayed" if path in REPLAYED_FILES else path
+
+        def _assign_work_unit(self, node) -> None:
+            longest = max(self.workqueue, key=lambda scope: LONG_GROUPS.get(scope, 0))  # the first of equals
+            self.workqueue.move_to_end(longest, last=False)
+            super()._assign_work_unit(node)
+
+    return SuiteScheduling(config, log)
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: a worker per core, as many as memory holds (each runs a SparkSession with a 4 GiB
+    driver, and its tests start more JVMs)."""
+    try:
+        with open("/proc/meminfo") as f:
+            available = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:")) >> 20
+    except (OSError, StopIteration, ValueError):
+        available = 8
+    return max(1, min(os.cpu_count() or 1, available // 8))
 
 
 def make_settings(lake_root, source_path=None, fmt: str = "nsq-ext", source: dict | None = None,
