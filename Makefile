@@ -8,6 +8,9 @@ JARS   := .jars
 JAR_EXCLUDES := org.scala-lang,org.apache.hadoop,com.fasterxml.jackson.core,com.fasterxml.jackson.datatype,org.apache.parquet,org.roaringbitmap,io.airlift,org.apache.logging.log4j,org.slf4j,commons-logging,commons-pool,org.locationtech.jts,com.google.code.findbugs,org.xerial.snappy,com.github.luben,javax.annotation
 
 .PHONY: setup demo test test-fast test-native bench clean-demo help
+# Two set-up steps at a time (e.g. the Delta jars fetched while pip installs, the local file system
+# jar compiled while cargo builds the native core): the prerequisites below say what waits for what.
+MAKEFLAGS += --jobs=2
 .DEFAULT_GOAL := help
 
 help:
@@ -62,11 +65,12 @@ $(FS_JAR): $(FS_SRC) $(BIN)/.installed $(JARS)/.complete
 
 # The driver JVM's class archive (pipelines/class_archive.py): a small local job run once with
 # -XX:ArchiveClassesAtExit; later local starts map it (4-5 s less each). After the local file
-# system jar, which is on the class path the archive is checked against. If it cannot be made,
-# one line says so and the set-up goes on.
+# system jar, which is on the class path the archive is checked against, and after the native core
+# (the job decodes with it: not while pip installs it). If it cannot be made, one line says so and
+# the set-up goes on.
 CDS_ARCHIVE := $(JARS)/msglake-classes.jsa
 CDS_LOG := $(VENV)/class-archive.log
-$(CDS_ARCHIVE): $(BIN)/.installed $(JARS)/.complete $(FS_JAR)
+$(CDS_ARCHIVE): $(BIN)/.installed $(BIN)/.native $(JARS)/.complete $(FS_JAR)
 	@$(BIN)/python -m msglake.pipelines.class_archive >$(CDS_LOG) 2>&1 \
 	    || echo "msglake: driver class archive not made (log: $(CDS_LOG)); local Spark starts take a few seconds longer"
 
@@ -84,7 +88,7 @@ test: setup test-native
 	    -n $(TEST_WORKERS) --dist loadfile
 
 # The crate's own unit tests (framing, fields, headers, properties); a few seconds.
-test-native:
+test-native: $(BIN)/.native
 	@if command -v cargo >/dev/null 2>&1; then PYO3_PYTHON=$(abspath $(BIN)/python) cargo test --quiet --release \
 	    --manifest-path native/Cargo.toml; else echo "cargo not found: the native crate's tests are skipped"; fi
 
