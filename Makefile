@@ -10,6 +10,8 @@ JAR_EXCLUDES := org.scala-lang,org.apache.hadoop,com.fasterxml.jackson.core,com.
 .PHONY: setup demo test test-fast test-native bench clean-demo help
 # Two set-up steps at a time (e.g. the Delta jars fetched while pip installs, the local file system
 # jar compiled while cargo builds the native core): the prerequisites below say what waits for what.
+# (cargo is started without make's MAKEFLAGS: it would look for make's job slots, which a recipe
+# does not hand down, and warn.)
 MAKEFLAGS += --jobs=2
 .DEFAULT_GOAL := help
 
@@ -34,7 +36,7 @@ NATIVE_LOG  := $(VENV)/native-build.log
 NATIVE_HINT := msglake: native codec core not built (log: $(NATIVE_LOG)), decoding with the slower Python path; install Rust with cargo (https://rustup.rs), then make setup
 
 $(BIN)/.native: $(BIN)/.installed $(NATIVE_SRC)
-	@if command -v cargo >/dev/null 2>&1 && $(BIN)/pip install ./native >$(NATIVE_LOG) 2>&1; then touch $@; \
+	@if command -v cargo >/dev/null 2>&1 && MAKEFLAGS= $(BIN)/pip install ./native >$(NATIVE_LOG) 2>&1; then touch $@; \
 	else command -v cargo >/dev/null 2>&1 || echo "cargo not found" >$(NATIVE_LOG); \
 	    $(BIN)/pip uninstall --quiet --yes msglake-native >/dev/null 2>&1; echo "$(NATIVE_HINT)"; fi
 
@@ -89,7 +91,7 @@ test: setup test-native
 
 # The crate's own unit tests (framing, fields, headers, properties); a few seconds.
 test-native: $(BIN)/.native
-	@if command -v cargo >/dev/null 2>&1; then PYO3_PYTHON=$(abspath $(BIN)/python) cargo test --quiet --release \
+	@if command -v cargo >/dev/null 2>&1; then MAKEFLAGS= PYO3_PYTHON=$(abspath $(BIN)/python) cargo test --quiet --release \
 	    --manifest-path native/Cargo.toml; else echo "cargo not found: the native crate's tests are skipped"; fi
 
 test-fast: setup
