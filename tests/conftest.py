@@ -35,6 +35,7 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(f"{', '.join(stray)} use the replayed fixture: add them to REPLAYED_FILES in tests/conftest.py")
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: pytest without xdist runs as well
 def pytest_xdist_make_scheduler(config, log):
     """`--dist loadfile` (what `make test` passes): a file's tests on one worker, as pytest-xdist does,
     with the REPLAYED_FILES as one group and the LONG_GROUPS handed out first."""
@@ -57,6 +58,7 @@ def pytest_xdist_make_scheduler(config, log):
     return SuiteScheduling(config, log)
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: pytest without xdist runs as well
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: a worker per core, as many as memory holds (each runs a SparkSession with a 4 GiB
     driver, and its tests start more JVMs)."""
