@@ -6,7 +6,9 @@
         subprocess.run(["msglake", "ingest", "--master", cluster.master_url])
 
 One master and ``workers`` workers, each a ``spark-class`` process in a session of its own,
-bound to 127.0.0.1. Stopping signals each process group it started (the executors a worker
+bound to 127.0.0.1. Every port is 0, chosen by the JVM that binds it, and the master's are read back
+from its log: a port picked here and handed over would be free only until the JVM gets to bind it,
+and other tests' JVMs (xdist runs two test processes) start in that gap. Stopping signals each process group it started (the executors a worker
 launched are in its group), then waits, then kills what is left: nothing outlives the block.
 If the starting process is killed before it can stop them, they get SIGTERM from the kernel.
 """
@@ -15,8 +17,8 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -29,12 +31,6 @@ def spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).resolve().parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -97,40 +93,62 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
+def _master_ports(log: Path, offset: int, master: subprocess.Popen, deadline: float) -> tuple[int, int]:
+    """The RPC and web UI ports the master bound, from the lines it logged after ``offset``."""
+    while True:
+        with open(log, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode("utf-8", "replace")
+        rpc = re.search(r"Starting Spark master at spark://[^:\s]+:(\d+)", text)
+        web = re.search(r"Successfully started service 'MasterUI' on port (\d+)", text)
+        if rpc and web:
+            return int(rpc.group(1)), int(web.group(1))
+        if master.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the standalone master did not start ({'exited' if master.poll() is not None else 'timeout'}); "
+                               f"log: {log}")
+        time.sleep(0.2)
+
+
 def start_standalone(work_dir: str | os.PathLike, workers: int = 2, cores: int = 1, memory: str = "2g",
                      timeout: float = 120.0) -> StandaloneCluster:
     """Start a master and ``workers`` workers on 127.0.0.1; returns once every worker has registered."""
     work = Path(work_dir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     home = spark_home()
+    # The master's REST submission server would take the fixed port 6066: nothing here submits through it.
     env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_MASTER_HOST": "127.0.0.1",
-           "SPARK_LOG_DIR": str(work / "logs"), "SPARK_WORKER_DIR": str(work / "worker")}
-    port, web = _free_port(), _free_port()
-    cluster = StandaloneCluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{web}", work)
+           "SPARK_LOG_DIR": str(work / "logs"), "SPARK_WORKER_DIR": str(work / "worker"),
+           "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}
+    cluster = StandaloneCluster("", "", work)
     spark_class = str(home / "bin" / "spark-class")
 
-    def launch(name: str, *args: str) -> None:
-        log = open(work / f"{name}.log", "ab")
+    def launch(name: str, *args: str) -> tuple[Path, int]:
+        path = work / f"{name}.log"
+        log = open(path, "ab")
+        offset = log.tell()
         cluster.processes.append(
             subprocess.Popen([spark_class, *args], env=env, stdout=log, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
         )
         log.close()
+        return path, offset
 
+    deadline = time.monotonic() + timeout
     try:
-        launch("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-               "--webui-port", str(web))
+        log, offset = launch("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                             "--port", "0", "--webui-port", "0")
+        port, web = _master_ports(log, offset, cluster.processes[0], deadline)
+        cluster.master_url, cluster.web_url = f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{web}"
         for i in range(workers):
             launch(f"worker-{i}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                   "--cores", str(cores), "--memory", memory, "--webui-port", str(_free_port()),
+                   "--cores", str(cores), "--memory", memory, "--webui-port", "0",
                    "--work-dir", str(work / f"worker-{i}"), cluster.master_url)
-        deadline = time.monotonic() + timeout
         while True:
             try:
                 if cluster.status().get("aliveworkers", 0) >= workers:
                     return cluster
             except OSError:
-                pass  # the master's web UI is not up yet
+                pass  # the master's web UI is not serving yet
             dead = [p.args[1] for p in cluster.processes if p.poll() is not None]
             if dead or time.monotonic() > deadline:
                 raise RuntimeError(f"standalone cluster did not come up ({'exited: ' + ', '.join(dead) if dead else 'timeout'}); "
