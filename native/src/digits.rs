@@ -35,7 +35,7 @@ const PAIRS: [u8; 200] = {
 
 /// `v` in decimal, appended to `out`.
 pub fn push_u64(out: &mut Vec<u8>, v: u64) {
-    out.extend_from_slice(format_u64(v, &mut [0u8; 20]));
+    crate::buffers::append(out, format_u64(v, &mut [0u8; 20]));
 }
 
 /// Whether `s` is a decimal number (ASCII digits only) that fits a uint64.

@@ -18,6 +18,7 @@ use crate::buffers::Binary;
 use crate::digits::{is_u64, push_u64};
 use crate::hash::FnvBuild;
 use crate::read::{be_i32, be_i64, be_u16, be_u64};
+use crate::text::same;
 
 /// Which header names are user properties (`nsq_headers.is_user_property`): not a column's
 /// header, not under a reserved prefix.
@@ -64,7 +65,7 @@ struct Pass<'a> {
 impl<'a> Pass<'a> {
     fn role(&mut self, j: usize, name: &'a [u8]) -> Role {
         if let Some(&(k, role)) = self.previous.get(j) {
-            if k == name {
+            if same(k, name) {
                 return role;
             }
         }
@@ -129,12 +130,19 @@ impl<'a> Pass<'a> {
 /// Frame `buf[start..end]` (the rules of [`super::framing::frame`]) and, while every record
 /// is plain, make its rows.
 pub fn decode<'a>(buf: &'a [u8], start: i64, end: i64, users: &'a UserProperties) -> Chunk {
-    let rows = Rows { store_us: Vec::new(), attempts: Vec::new(), message_id: Binary::with_capacity(0, 0),
-                      body: Binary::with_capacity(0, (end - start).max(0) as usize), headers: Columns::new() };
+    // One pass: the walk's next length prefix is read while the core still works on the
+    // record before it (a walk first, to know the row count, measured 8 % of a decode: each
+    // step waits for the length it jumps by). So the per-row vectors start at a guess of
+    // one row per 512 bytes and grow from there.
+    let guess = ((end - start).max(0) / 512) as usize;
+    let rows = Rows { store_us: Vec::with_capacity(guess), attempts: Vec::with_capacity(guess),
+                      message_id: Binary::with_capacity(guess, 20 * guess),
+                      body: Binary::with_capacity(guess, (end - start).max(0) as usize),
+                      headers: Columns::with_capacity(guess) };
     let mut pass = Pass { rows, users, roles: HashMap::default(), pairs: Vec::new(), previous: Vec::new(),
                           row: Vec::new() };
     let mut plain = true;
-    let mut positions = Vec::new();
+    let mut positions = Vec::with_capacity(guess);
     let (mut pos, mut kind, mut bad) = (start, Stop::End, 0);
     while pos + 4 <= end {
         let n = be_i32(buf, pos as usize) as i64;

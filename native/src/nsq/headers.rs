@@ -50,6 +50,7 @@ pub struct Column {
 }
 
 impl Column {
+    #[inline(always)]
     fn text(&mut self, v: Option<&[u8]>) {
         if self.bin.offsets.is_empty() {
             self.bin.offsets.push(0);
@@ -76,6 +77,7 @@ impl Column {
         }
     }
 
+    #[inline(always)]
     fn int(&mut self, v: Option<i64>) {
         self.ints.push(v.unwrap_or(0));
         self.valid.push(v.is_some());
@@ -129,9 +131,36 @@ fn python_int(s: &[u8]) -> Option<i128> {
     Some(if neg { -n } else { n })
 }
 
+/// A JSON integer as the simple headers hold it (`-?` and 1 to 18 digits, which any int64
+/// holds), or None for any other text.
+#[inline]
+fn short_int(s: &[u8]) -> Option<i64> {
+    let (neg, digits) = match s.first()? {
+        b'-' => (true, &s[1..]),
+        _ => (false, s),
+    };
+    if digits.is_empty() || digits.len() > 18 {
+        return None;
+    }
+    let mut n = 0i64;
+    for &c in digits {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        n = n * 10 + d as i64;
+    }
+    Some(if neg { -n } else { n })
+}
+
 /// An integer column's value: integers and integral strings within `[lo, hi]`.
 fn integer(v: Option<Value>, (lo, hi): (i128, i128)) -> Option<i64> {
-    let n = python_int(v?.text)?; // an integer's digits read the same way
+    let v = v?;
+    // An integer's digits read as Python reads them; the usual short one without the i128 steps.
+    let n = match v.is_int.then(|| short_int(v.text)).flatten() {
+        Some(n) => n as i128,
+        None => python_int(v.text)?,
+    };
     (lo..=hi).contains(&n).then_some(n as i64)
 }
 
@@ -141,11 +170,37 @@ fn texts<'a>(v: Option<Value<'a>>) -> Option<&'a [u8]> {
 
 impl Columns {
     pub fn new() -> Self {
-        let mut c = Columns { keys_offsets: vec![0], header_offsets: vec![0], property_offsets: vec![0], ..Default::default() };
-        for b in [&mut c.keys, &mut c.header_keys, &mut c.header_values, &mut c.property_keys, &mut c.property_values] {
-            *b = Binary::with_capacity(0, 0);
+        Self::with_capacity(0)
+    }
+
+    /// Room for `rows` rows in every per-row vector, so that a chunk's rows do not grow them
+    /// step by step (each growth copies the vector).
+    pub fn with_capacity(rows: usize) -> Self {
+        let offsets = || {
+            let mut v = Vec::with_capacity(rows + 1);
+            v.push(0);
+            v
+        };
+        let numbers = || Column { bin: Binary::default(), ints: Vec::with_capacity(rows), valid: Vec::with_capacity(rows) };
+        let texts = || Column { bin: Binary::with_capacity(rows, 0), ints: Vec::new(), valid: Vec::with_capacity(rows) };
+        Columns {
+            times: [numbers(), numbers(), numbers()],
+            texts: [texts(), texts(), texts(), texts()],
+            ints: [numbers(), numbers(), numbers()],
+            trace: texts(),
+            message_key: texts(),
+            tags: texts(),
+            compression: texts(),
+            keys: Binary::with_capacity(0, 0),
+            keys_offsets: offsets(),
+            keys_valid: Vec::with_capacity(rows),
+            header_offsets: offsets(),
+            header_keys: Binary::with_capacity(0, 0),
+            header_values: Binary::with_capacity(0, 0),
+            property_offsets: offsets(),
+            property_keys: Binary::with_capacity(0, 0),
+            property_values: Binary::with_capacity(0, 0),
         }
-        c
     }
 
     /// One row: its header's pairs (role of the name, user property or not, name, value);
@@ -258,6 +313,19 @@ mod tests {
             assert_eq!(python_int(s), want, "{}", String::from_utf8_lossy(s));
         }
         assert_eq!(python_int(&[b'9'; 60]), None); // past i128: out of every range anyway
+    }
+
+    #[test]
+    fn short_integers_read_as_python_reads_them() {
+        for s in [&b"0"[..], b"-0", b"42", b"-7", b"123456789012345678", b"-123456789012345678", b"007"] {
+            assert_eq!(short_int(s).map(|n| n as i128), python_int(s), "{}", String::from_utf8_lossy(s));
+        }
+        for s in [&b""[..], b"-", b"1234567890123456789", b"+3", b" 4", b"1_0", b"1.5", b"--1"] {
+            assert_eq!(short_int(s), None, "{}", String::from_utf8_lossy(s));
+        }
+        // A text python_int takes but short_int does not still reads the same through integer().
+        let wide = Value { is_int: true, text: b"1234567890123456789" };
+        assert_eq!(integer(Some(wide), I64), Some(1_234_567_890_123_456_789));
     }
 
     fn value(is_int: bool, text: &str) -> Value<'_> {

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use crate::buffers::Binary;
 use crate::hash::FnvBuild;
 use crate::read::{prefetch, AHEAD};
+use crate::text::{after, same, simple_string};
 
 /// Longest integer read here (an int64 holds any 18-digit number).
 pub const MAX_DIGITS: usize = 18;
@@ -35,21 +36,19 @@ struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
+    #[inline(always)]
     fn eat(&mut self, c: u8) -> Option<()> {
         (self.b.get(self.i) == Some(&c)).then(|| self.i += 1)
     }
 
+    #[inline(always)]
     fn string(&mut self) -> Option<&'a [u8]> {
         self.eat(b'"')?;
         let a = self.i;
-        let len = memchr::memchr(b'"', &self.b[a..])?;
-        let s = &self.b[a..a + len];
         // Printable ASCII only: escapes, control bytes and non-ASCII are left to orjson.
-        if !s.iter().all(|&c| (0x20..=0x7E).contains(&c) && c != b'\\') {
-            return None;
-        }
+        let len = simple_string(&self.b[a..])?;
         self.i = a + len + 1;
-        Some(s)
+        Some(&self.b[a..a + len])
     }
 
     fn integer(&mut self) -> Option<&'a [u8]> {
@@ -84,7 +83,7 @@ pub(super) fn header<'a>(b: &'a [u8], pairs: &mut Vec<Pair<'a>>) -> Option<()> {
             };
             // A key twice: orjson keeps its first place and last value. Go writes keys sorted,
             // so a key above the last one is new without looking further.
-            if pairs.last().is_some_and(|(last, _, _)| key <= *last) && pairs.iter().any(|(k, _, _)| *k == key) {
+            if pairs.last().is_some_and(|(last, _, _)| !after(key, last)) && pairs.iter().any(|(k, _, _)| same(k, key)) {
                 return None;
             }
             pairs.push((key, is_int, value));
