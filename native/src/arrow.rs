@@ -80,9 +80,33 @@ impl Batch {
     }
 }
 
+/// `values` as Arrow's bits (value `i` is bit `i % 8` of byte `i / 8`), with how many are set.
+/// Eight at a time: a multiply gathers the low bit of each of eight bytes into the top byte,
+/// where BooleanBuffer::from(&[bool]) sets the bits one by one (3 % of an NSQ decode, whose
+/// batches carry some fifteen validity columns).
+fn pack(values: &[bool]) -> (BooleanBuffer, usize) {
+    // SAFETY: a bool is one byte, 0 or 1.
+    let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr() as *const u8, values.len()) };
+    let mut bits = Vec::with_capacity(bytes.len().div_ceil(8));
+    let mut words = bytes.chunks_exact(8);
+    for w in &mut words {
+        // Byte k of the product's top byte collects input byte k alone: every (input byte i,
+        // multiplier byte j) pair lands on its own bit, so no two terms carry into each other.
+        bits.push((u64::from_le_bytes(w.try_into().unwrap()).wrapping_mul(0x0102_0408_1020_4080) >> 56) as u8);
+    }
+    let tail = words.remainder();
+    if !tail.is_empty() {
+        bits.push(tail.iter().enumerate().fold(0u8, |b, (k, &v)| b | (v << k)));
+    }
+    let set = bits.iter().map(|b| b.count_ones() as usize).sum();
+    (BooleanBuffer::new(Buffer::from_vec(bits), 0, values.len()), set)
+}
+
 /// Validity of `valid`; None when every value is valid.
 fn nulls(valid: &[bool]) -> Option<NullBuffer> {
-    (!valid.iter().all(|&v| v)).then(|| NullBuffer::from(valid))
+    let (bits, set) = pack(valid);
+    // SAFETY: `set` is the count of set bits of `bits`, so the null count is the rest.
+    (set < valid.len()).then(|| unsafe { NullBuffer::new_unchecked(bits, valid.len() - set) })
 }
 
 /// Numbers, all valid.
@@ -103,12 +127,25 @@ pub fn timestamps(values: Vec<i64>, valid: Option<&[bool]>) -> ArrayRef {
 }
 
 pub fn flags(values: &[bool]) -> ArrayRef {
-    Arc::new(BooleanArray::new(BooleanBuffer::from(values), None))
+    Arc::new(BooleanArray::new(pack(values).0, None))
+}
+
+/// `n` false flags.
+pub fn no_flags(n: usize) -> ArrayRef {
+    Arc::new(BooleanArray::new(BooleanBuffer::new_unset(n), None))
 }
 
 /// Arrow offsets of `offsets`; none yet (a column no row was pushed to) is the one offset 0.
 fn offsets(offsets: Vec<i32>) -> OffsetBuffer<i32> {
-    OffsetBuffer::new(ScalarBuffer::from(if offsets.is_empty() { vec![0] } else { offsets }))
+    if offsets.is_empty() {
+        return OffsetBuffer::new_empty();
+    }
+    debug_assert!(offsets[0] >= 0 && offsets.windows(2).all(|w| w[0] <= w[1]));
+    // SAFETY: every offsets vector here starts at 0 (or at a row's count of earlier values) and
+    // grows by one entry per value or row, each the length of its data (or list) so far: never
+    // negative, never decreasing. OffsetBuffer::new would check that again, a pass over each of
+    // a batch's some twenty offsets vectors (2 % of an NSQ decode).
+    unsafe { OffsetBuffer::new_unchecked(ScalarBuffer::from(offsets)) }
 }
 
 fn parts(b: Binary) -> (OffsetBuffer<i32>, Buffer) {
@@ -169,6 +206,22 @@ mod tests {
         let a = optional::<Int64Type>(vec![1, 0], &[true, false]);
         assert_eq!(a.null_count(), 1);
         assert!(a.is_null(1));
+    }
+
+    #[test]
+    fn packed_flags_are_the_standard_librarys_bits() {
+        for n in [0usize, 1, 7, 8, 9, 63, 64, 65, 130] {
+            for pattern in [0u64, u64::MAX, 0x5555_5555_5555_5555, 0x8421_1248_8421_1248, 0xDEAD_BEEF_0123_4567] {
+                let values: Vec<bool> = (0..n).map(|i| pattern >> (i % 64) & 1 == 1 || (i % 7 == 3 && pattern != 0)).collect();
+                let (bits, set) = pack(&values);
+                assert_eq!(bits, BooleanBuffer::from(values.as_slice()), "{n} {pattern:x}");
+                assert_eq!(set, values.iter().filter(|&&v| v).count());
+                let nulls = nulls(&values);
+                assert_eq!(nulls.as_ref().map_or(0, |b| b.null_count()), n - set);
+                assert_eq!(nulls.is_none(), set == n);
+            }
+        }
+        assert_eq!(no_flags(3).as_boolean().true_count(), 0);
     }
 
     #[test]

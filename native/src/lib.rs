@@ -19,7 +19,7 @@ use arrow_array::types::{Int16Type, Int32Type, Int64Type, UInt64Type};
 use arrow_schema::DataType;
 use pyo3::prelude::*;
 
-use arrow::{binary, flags, numbers, optional, string_lists, string_maps, timestamps, utf8, Batch, BatchBuilder};
+use arrow::{binary, flags, no_flags, numbers, optional, string_lists, string_maps, timestamps, utf8, Batch, BatchBuilder};
 use buffers::{gather as gather_slices, Binary, I64s, View};
 
 /// `buf[starts[i]:ends[i]]` for every i, as a batch of one binary column, `values`.
@@ -181,7 +181,7 @@ fn nsq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64
                 .add("messageId", utf8(r.message_id, None))
                 .add("body", binary(r.body))
                 .add("bodySize", numbers::<Int32Type>(body_size))
-                .add("systemCopy", flags(&vec![false; n])); // NSQ keeps no internal copies
+                .add("systemCopy", no_flags(n)); // NSQ keeps no internal copies
             add_constants(&mut cols, n, constants);
             Some(cols.finish(py, n)?)
         }
