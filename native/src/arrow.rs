@@ -135,21 +135,27 @@ pub fn no_flags(n: usize) -> ArrayRef {
     Arc::new(BooleanArray::new(BooleanBuffer::new_unset(n), None))
 }
 
-/// Arrow offsets of `offsets`; none yet (a column no row was pushed to) is the one offset 0.
-fn offsets(offsets: Vec<i32>) -> OffsetBuffer<i32> {
-    if offsets.is_empty() {
+/// Arrow offsets of `offsets`, which index `len` bytes or entries; none yet (a column no row
+/// was pushed to) is the one offset 0.
+fn offsets(offsets: Vec<i32>, len: usize) -> OffsetBuffer<i32> {
+    // Each offset is the length its data or entries had when it was pushed, cast to i32, and
+    // that length only grows: at most i32::MAX at the end, every cast was exact, so the offsets
+    // start at 0 and never decrease. Past it a cast wrapped; that fails here, as
+    // OffsetBuffer::new's full check (a pass over each of a batch's some twenty offsets
+    // vectors, 2 % of an NSQ decode) failed before.
+    assert!(len <= i32::MAX as usize, "a column of more than 2 GiB (or 2^31 entries) does not fit Arrow's int32 offsets");
+    let Some(&last) = offsets.last() else {
         return OffsetBuffer::new_empty();
-    }
+    };
+    assert!(last >= 0 && last as usize <= len, "offsets past the end of their values");
     debug_assert!(offsets[0] >= 0 && offsets.windows(2).all(|w| w[0] <= w[1]));
-    // SAFETY: every offsets vector here starts at 0 (or at a row's count of earlier values) and
-    // grows by one entry per value or row, each the length of its data (or list) so far: never
-    // negative, never decreasing. OffsetBuffer::new would check that again, a pass over each of
-    // a batch's some twenty offsets vectors (2 % of an NSQ decode).
+    // SAFETY: non-negative and non-decreasing, as said above.
     unsafe { OffsetBuffer::new_unchecked(ScalarBuffer::from(offsets)) }
 }
 
 fn parts(b: Binary) -> (OffsetBuffer<i32>, Buffer) {
-    (offsets(b.offsets), Buffer::from_vec(b.data))
+    let len = b.data.len();
+    (offsets(b.offsets, len), Buffer::from_vec(b.data))
 }
 
 pub fn binary(b: Binary) -> ArrayRef {
@@ -162,8 +168,8 @@ pub fn utf8(b: Binary, valid: Option<&[bool]>) -> ArrayRef {
     let (off, data) = parts(b);
     // The unchecked constructor does not compare the validity with the rows either.
     assert!(valid.is_none_or(|v| v.len() == off.len() - 1), "a validity for every string");
-    // SAFETY: the offsets were checked by OffsetBuffer::new and lie within `data` (Binary
-    // appends both together). The values are UTF-8: every text column is made of bytes the
+    // SAFETY: the offsets are non-negative, non-decreasing and within `data` (`offsets`). The
+    // values are UTF-8: every text column is made of bytes the
     // decoders checked as UTF-8 (RocketMQ topics and property strings, cut only at ASCII
     // separators; NSQ version-2 tags), of ASCII they wrote (ids, hosts, numbers), of simple
     // JSON strings, which are printable ASCII (`nsq::json`; pairs Python hands to
@@ -176,16 +182,18 @@ pub fn utf8(b: Binary, valid: Option<&[bool]>) -> ArrayRef {
 /// `list<string>` (Arrow's `item` field): list `i` is values `offsets[i]..offsets[i + 1]`.
 pub fn string_lists(list_offsets: Vec<i32>, valid: &[bool], values: Binary) -> ArrayRef {
     let item = Arc::new(Field::new("item", DataType::Utf8, true));
-    Arc::new(ListArray::new(item, offsets(list_offsets), utf8(values, None), nulls(valid)))
+    let entries = values.offsets.len().saturating_sub(1);
+    Arc::new(ListArray::new(item, offsets(list_offsets, entries), utf8(values, None), nulls(valid)))
 }
 
 /// `map<string, string>` as pyarrow names it (`entries` of `key` and `value`): map `i` is
 /// pairs `offsets[i]..offsets[i + 1]`.
 pub fn string_maps(map_offsets: Vec<i32>, keys: Binary, values: Binary) -> ArrayRef {
     let fields = Fields::from(vec![Field::new("key", DataType::Utf8, false), Field::new("value", DataType::Utf8, true)]);
+    let n = keys.offsets.len().saturating_sub(1);
     let entries = StructArray::new(fields.clone(), vec![utf8(keys, None), utf8(values, None)], None);
     let field = Arc::new(Field::new("entries", DataType::Struct(fields), false));
-    Arc::new(MapArray::new(field, offsets(map_offsets), entries, None, false))
+    Arc::new(MapArray::new(field, offsets(map_offsets, n), entries, None, false))
 }
 
 #[cfg(test)]
@@ -234,6 +242,12 @@ mod tests {
         let m = string_maps(vec![0, 1, 1], text(&["k"]), text(&["v"]));
         assert_eq!(m.as_map().value_offsets(), &[0, 1, 1]);
         assert_eq!(binary(Binary::default()).len(), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "offsets past the end")]
+    fn offsets_past_their_values_are_refused() {
+        binary(Binary { offsets: vec![0, 3], data: b"ab".to_vec() });
     }
 
     #[test]

@@ -131,9 +131,11 @@ impl<'a> Pass<'a> {
 /// is plain, make its rows.
 pub fn decode<'a>(buf: &'a [u8], start: i64, end: i64, users: &'a UserProperties) -> Chunk {
     // One pass: the walk's next length prefix is read while the core still works on the
-    // record before it (a walk first, to know the row count, measured 8 % of a decode: each
-    // step waits for the length it jumps by). So the per-row vectors start at a guess of
-    // one row per 512 bytes and grow from there.
+    // record before it (a walk first, to know the row count, made the chunks of the 1M set
+    // take 0.336 s instead of 0.284 s: each step of a walk alone waits for the length it
+    // jumps by). So the per-row vectors start at a guess of one row per 512 bytes and grow
+    // from there; a chunk of larger records leaves the rest of the guess unused until its
+    // arrays are freed (about 150 bytes per guessed row).
     let guess = ((end - start).max(0) / 512) as usize;
     let rows = Rows { store_us: Vec::with_capacity(guess), attempts: Vec::with_capacity(guess),
                       message_id: Binary::with_capacity(guess, 20 * guess),
