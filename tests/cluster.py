@@ -6,10 +6,12 @@
         subprocess.run(["msglake", "ingest", "--master", cluster.master_url])
 
 One master and ``workers`` workers, each a ``spark-class`` process in a session of its own,
-bound to 127.0.0.1. Every port is 0, chosen by the JVM that binds it, and the master's are read back
-from its log: a port picked here and handed over would be free only until the JVM gets to bind it,
-and other tests' JVMs (xdist runs two test processes) start in that gap. Stopping signals each process group it started (the executors a worker
-launched are in its group), then waits, then kills what is left: nothing outlives the block.
+bound to 127.0.0.1. Every port is 0, chosen by the JVM that binds it, and the master's are read
+back from its log: a port picked here and handed over would be free only until the JVM gets to
+bind it, and other tests' JVMs (xdist runs two test processes) start in that gap.
+
+Stopping signals each process group it started (the executors a worker launched are in its
+group), then waits, then kills what is left: nothing outlives the block.
 If the starting process is killed before it can stop them, they get SIGTERM from the kernel.
 """
 from __future__ import annotations
@@ -104,8 +106,8 @@ def _master_ports(log: Path, offset: int, master: subprocess.Popen, deadline: fl
         if rpc and web:
             return int(rpc.group(1)), int(web.group(1))
         if master.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the standalone master did not start ({'exited' if master.poll() is not None else 'timeout'}); "
-                               f"log: {log}")
+            why = "exited" if master.poll() is not None else "timeout: its log has no INFO lines of the bound ports"
+            raise RuntimeError(f"the standalone master did not start ({why}); log: {log}")
         time.sleep(0.2)
 
 
@@ -115,10 +117,12 @@ def start_standalone(work_dir: str | os.PathLike, workers: int = 2, cores: int =
     work = Path(work_dir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     home = spark_home()
-    # The master's REST submission server would take the fixed port 6066: nothing here submits through it.
+    # The master's REST submission server would take the fixed port 6066: nothing here submits
+    # through it. Spark's own log configuration: the ports are read from INFO lines.
     env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_MASTER_HOST": "127.0.0.1",
            "SPARK_LOG_DIR": str(work / "logs"), "SPARK_WORKER_DIR": str(work / "worker"),
-           "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}
+           "SPARK_MASTER_OPTS": f"{os.environ.get('SPARK_MASTER_OPTS', '')} -Dspark.master.rest.enabled=false".strip()}
+    env.pop("SPARK_CONF_DIR", None)
     cluster = StandaloneCluster("", "", work)
     spark_class = str(home / "bin" / "spark-class")
 
@@ -151,8 +155,8 @@ def start_standalone(work_dir: str | os.PathLike, workers: int = 2, cores: int =
                 pass  # the master's web UI is not serving yet
             dead = [p.args[1] for p in cluster.processes if p.poll() is not None]
             if dead or time.monotonic() > deadline:
-                raise RuntimeError(f"standalone cluster did not come up ({'exited: ' + ', '.join(dead) if dead else 'timeout'}); "
-                                   f"logs in {work}")
+                why = "exited: " + ", ".join(dead) if dead else "timeout"
+                raise RuntimeError(f"standalone cluster did not come up ({why}); logs in {work}")
             time.sleep(0.5)
     except BaseException:
         cluster.stop(grace=5)
