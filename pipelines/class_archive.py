@@ -32,7 +32,7 @@ def main() -> int:
     from msglake.pipelines import settings as settings_mod
     from msglake.pipelines.jobs.demo import prepare_data
     from msglake.pipelines.jobs.ingest import ingest
-    from msglake.pipelines.session import LOG4J, build_session
+    from msglake.pipelines.session import LOCAL_DRIVER_GC, LOG4J, build_session
 
     with tempfile.TemporaryDirectory(prefix="msglake-classes-") as tmp:
         # The embedded default's sources (one per broker) and the demo's sample data, in a folder of its own.
@@ -45,7 +45,7 @@ def main() -> int:
         partial = target.with_name(target.name + ".tmp")
         partial.unlink(missing_ok=True)
         settings.spark.conf["spark.driver.extraJavaOptions"] = (
-            f"-Dlog4j.configurationFile=file:{LOG4J} -XX:ArchiveClassesAtExit={partial} {QUIET}")
+            f"-Dlog4j.configurationFile=file:{LOG4J} {LOCAL_DRIVER_GC} -XX:ArchiveClassesAtExit={partial} {QUIET}")
         prepare_data(settings, 200, False, lambda _line: None)
         spark = build_session(settings, app_name="msglake-class-archive")
         for src in settings.sources:

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from msglake.pipelines.class_archive import archive_path
+from msglake.pipelines.session import LOCAL_DRIVER_GC
 
 from tests.conftest import make_settings
 
@@ -20,6 +21,7 @@ def test_the_suites_driver_maps_the_archive_make_setup_made(spark):
     assert archive.is_file() and archive.stat().st_size > 0, f"{archive} missing: run make setup"
     args = list(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
     assert f"-XX:SharedArchiveFile={archive}" in args
+    assert LOCAL_DRIVER_GC in args  # the archive was made under the same collector
 
 
 @pytest.mark.slow
