@@ -84,10 +84,10 @@ def local_fs_conf(settings: Settings, master: str, given: dict[str, str]) -> dic
     return {"spark.driver.extraClassPath": classpath, **LOCAL_FS}
 
 
-#: The garbage collector of a local driver, which runs the tasks too. The JVM's default (G1) spends
-#: CPU on concurrent marking and remembered-set refinement to keep its pauses short; on a machine of
-#: a few cores that is CPU the tasks and the JIT compilers wait for, and a batch job's throughput
-#: gains nothing from the short pauses.
+#: The garbage collector of a local driver (in local mode it runs the tasks too). The JVM's default
+#: (G1) spends CPU on concurrent marking and remembered-set refinement to keep its pauses short; on
+#: a machine of a few cores that is CPU the tasks and the JIT compilers wait for, and a batch job's
+#: throughput gains nothing from the short pauses.
 LOCAL_DRIVER_GC = "-XX:+UseParallelGC"
 
 
@@ -199,9 +199,9 @@ def build_session(settings: Settings, app_name: str | None = None, master: str |
         conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{LOG4J}"
         if is_local(master):
             conf["spark.driver.extraJavaOptions"] += f" {LOCAL_DRIVER_GC}"
-        archive = class_archive.archive_path(settings)
-        if is_local(master) and archive.is_file():  # made by `make setup`: 4-5 s less per driver start
-            conf["spark.driver.extraJavaOptions"] += f" -XX:SharedArchiveFile={archive} {class_archive.QUIET}"
+            archive = class_archive.archive_path(settings)
+            if archive.is_file():  # made by `make setup`: 4-5 s less per driver start
+                conf["spark.driver.extraJavaOptions"] += f" -XX:SharedArchiveFile={archive} {class_archive.QUIET}"
         builder = builder.master(master)
     given = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in settings.spark.conf.items()}
     conf.update(given)

@@ -19,8 +19,8 @@ REPLAYED_FILES = ("tests/pipelines/test_sql.py", "tests/pipelines/test_quality_r
 #: The suite's longest groups of tests and their worker-seconds in a two-worker run (2026-11-27, this
 #: 2-core machine kind, with the driver settings of README's "The local driver JVM"). `make test`
 #: hands groups to its workers longest first, so that no long group starts last while the other
-#: worker idles. A hint only: the groups not named here come after these,
-#: those with the most tests first (pytest-xdist's own order).
+#: worker idles. A hint only: the groups not named here come after these, those with the most
+#: tests first (pytest-xdist's own order).
 LONG_GROUPS = {
     "replayed": 515, "tests/pipelines/test_semantics_stream.py": 370, "tests/pipelines/test_stream.py": 185,
     "tests/pipelines/test_cluster.py": 170, "tests/test_wheel.py": 120, "tests/pipelines/test_ingest.py": 105,

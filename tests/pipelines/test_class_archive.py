@@ -21,7 +21,7 @@ def test_the_suites_driver_maps_the_archive_make_setup_made(spark):
     assert archive.is_file() and archive.stat().st_size > 0, f"{archive} missing: run make setup"
     args = list(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
     assert f"-XX:SharedArchiveFile={archive}" in args
-    assert LOCAL_DRIVER_GC in args  # the archive was made under the same collector
+    assert LOCAL_DRIVER_GC in args  # the collector `make setup` made the archive under
 
 
 @pytest.mark.slow
