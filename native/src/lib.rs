@@ -10,6 +10,7 @@ mod arrow;
 mod buffers;
 mod digits;
 mod hash;
+mod names;
 mod nsq;
 mod read;
 mod rocketmq;

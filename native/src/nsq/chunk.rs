@@ -8,17 +8,14 @@
 //! the reference for everything else. So this pass never quarantines and never decides a
 //! rule the steps decide differently: the differential test holds both to the same output.
 
-use std::collections::HashMap;
-
 use super::fields::{attempts, ext_block, HEADER_SIZE, JSON_HEADER_EXT_VER, TAG_EXT_VER};
 use super::framing::{Framing, Stop, MAX_POSSIBLE_MSG_SIZE};
 use super::headers::{Columns, Value, TRACE_ID, WANTED};
 use super::json::{header, Pair};
 use crate::buffers::Binary;
 use crate::digits::{is_u64, push_u64};
-use crate::hash::FnvBuild;
+use crate::names::NameCodes;
 use crate::read::{be_i32, be_i64, be_u16, be_u64};
-use crate::text::same;
 
 /// Which header names are user properties (`nsq_headers.is_user_property`): not a column's
 /// header, not under a reserved prefix.
@@ -55,31 +52,21 @@ type Role = (Option<usize>, bool);
 struct Pass<'a> {
     rows: Rows,
     users: &'a UserProperties,
-    roles: HashMap<&'a [u8], Role, FnvBuild>,
+    /// The chunk's header names, and the role of each (by its code).
+    names: NameCodes<'a>,
+    roles: Vec<Role>,
     pairs: Vec<Pair<'a>>,
-    /// The last header's names with their roles: headers of a chunk mostly repeat them.
-    previous: Vec<(&'a [u8], Role)>,
     row: Vec<(Option<usize>, bool, &'a [u8], Value<'a>)>,
 }
 
 impl<'a> Pass<'a> {
-    fn role(&mut self, j: usize, name: &'a [u8]) -> Role {
-        if let Some(&(k, role)) = self.previous.get(j) {
-            if same(k, name) {
-                return role;
-            }
-        }
-        let users = self.users;
-        let role = *self.roles.entry(name).or_insert_with(|| {
+    fn role(&mut self, name: &'a [u8]) -> Role {
+        let (code, new) = self.names.code(name);
+        if new {
             let text = std::str::from_utf8(name).unwrap_or("");
-            (WANTED.iter().position(|w| *w == text), users.is(name))
-        });
-        if j < self.previous.len() {
-            self.previous[j] = (name, role);
-        } else {
-            self.previous.push((name, role));
+            self.roles.push((WANTED.iter().position(|w| *w == text), self.users.is(name)));
         }
-        role
+        self.roles[code as usize]
     }
 
     /// The record whose message (after the length prefix) is `buf[s..s + n]`, or None when it
@@ -98,8 +85,8 @@ impl<'a> Pass<'a> {
         if ext.ver == JSON_HEADER_EXT_VER as i16 {
             let mut pairs = std::mem::take(&mut self.pairs);
             header(data, &mut pairs)?;
-            for (j, &(name, is_int, text)) in pairs.iter().enumerate() {
-                let (role, property) = self.role(j, name);
+            for &(name, is_int, text) in pairs.iter() {
+                let (role, property) = self.role(name);
                 if role == Some(TRACE_ID) && (is_int || !is_u64(text)) {
                     return None; // the steps reject it, or leave an integer to orjson
                 }
@@ -141,8 +128,8 @@ pub fn decode<'a>(buf: &'a [u8], start: i64, end: i64, users: &'a UserProperties
                       message_id: Binary::with_capacity(guess, 20 * guess),
                       body: Binary::with_capacity(guess, (end - start).max(0) as usize),
                       headers: Columns::with_capacity(guess) };
-    let mut pass = Pass { rows, users, roles: HashMap::default(), pairs: Vec::new(), previous: Vec::new(),
-                          row: Vec::new() };
+    let mut pass = Pass { rows, users, names: NameCodes::default(), roles: Vec::new(),
+                          pairs: Vec::new(), row: Vec::new() };
     let mut plain = true;
     let mut positions = Vec::with_capacity(guess);
     let (mut pos, mut kind, mut bad) = (start, Stop::End, 0);

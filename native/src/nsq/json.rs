@@ -7,10 +7,8 @@
 //! orjson, so this path only accepts what `formats/nsq_json.py::scan` accepts, and gives the
 //! same pairs.
 
-use std::collections::HashMap;
-
 use crate::buffers::Binary;
-use crate::hash::FnvBuild;
+use crate::names::NameCodes;
 use crate::read::{prefetch, AHEAD};
 use crate::text::{after, same, simple_string};
 
@@ -104,33 +102,20 @@ pub fn scan(buf: &[u8], starts: &[i64], ends: &[i64]) -> Option<Pairs> {
     let bytes: i64 = starts.iter().zip(ends).map(|(a, e)| e - a).sum();
     let mut out = Pairs { counts: Vec::with_capacity(starts.len()), ..Default::default() };
     out.texts = Binary::with_capacity(starts.len() * 8, bytes.max(0) as usize);
-    let mut codes: HashMap<&[u8], i64, FnvBuild> = HashMap::default();
-    let (mut pairs, mut previous): (Vec<Pair>, Vec<(&[u8], i64)>) = (Vec::new(), Vec::new());
+    let mut codes = NameCodes::default();
+    let mut pairs: Vec<Pair> = Vec::new();
     for (i, (&a, &e)) in starts.iter().zip(ends).enumerate() {
         if let Some(&ahead) = starts.get(i + AHEAD) {
             prefetch(buf, ahead);
         }
         header(&buf[a as usize..e as usize], &mut pairs)?;
         out.counts.push(pairs.len() as i64);
-        for (j, &(key, is_int, value)) in pairs.iter().enumerate() {
-            // Headers of a chunk mostly repeat the same keys in the same order (a Go map
-            // written sorted): try the previous header's key at this place before hashing.
-            let code = match previous.get(j) {
-                Some(&(k, c)) if k == key => c,
-                _ => {
-                    let next = codes.len() as i64;
-                    let c = *codes.entry(key).or_insert_with(|| {
-                        out.names.push(String::from_utf8_lossy(key).into_owned()); // ASCII: lossless
-                        next
-                    });
-                    if j < previous.len() {
-                        previous[j] = (key, c);
-                    } else {
-                        previous.push((key, c));
-                    }
-                    c
-                }
-            };
+        for &(key, is_int, value) in pairs.iter() {
+            let (code, new) = codes.code(key);
+            if new {
+                out.names.push(String::from_utf8_lossy(key).into_owned()); // ASCII: lossless
+            }
+            let code = code as i64;
             out.code.push(code);
             out.is_int.push(is_int);
             out.texts.push(value);

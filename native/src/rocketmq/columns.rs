@@ -154,7 +154,7 @@ impl Derived {
 
     #[inline(always)]
     /// One row: its kept properties (name code, name, value), sysflag, BORNTIMESTAMP and topic.
-    pub fn push(&mut self, rules: &Rules, props: &[(i64, &[u8], &[u8])], sysflag: i32, born_ms: i64, topic: &[u8]) {
+    pub fn push(&mut self, rules: &Rules, props: &[(u32, &[u8], &[u8])], sysflag: i32, born_ms: i64, topic: &[u8]) {
         // One pass over the row's properties (a name appears once: the parser kept the last).
         let mut got: [Option<&[u8]>; WANTED.len()] = [None; WANTED.len()];
         for &(code, _, v) in props {
@@ -210,7 +210,7 @@ impl Derived {
         self.keys_valid.push(keys.is_some());
     }
 
-    fn push_maps(&mut self, props: &[(i64, &[u8], &[u8])]) {
+    fn push_maps(&mut self, props: &[(u32, &[u8], &[u8])]) {
         self.headers += props.len() as i32;
         self.header_offsets.push(self.headers);
         for &(code, k, v) in props {
@@ -249,7 +249,7 @@ mod tests {
     fn row(d: &mut Derived, r: &Rules, props: &[(&str, &str)], sysflag: i32, topic: &str) {
         let mut coded = Vec::new();
         for (k, v) in props {
-            let code = d.reserved_code.len() as i64;
+            let code = d.reserved_code.len() as u32;
             d.name(r, k.as_bytes());
             coded.push((code, k.as_bytes(), v.as_bytes()));
         }

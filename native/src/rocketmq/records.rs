@@ -4,16 +4,14 @@
 //! failing one giving the reason: timestamps a Spark TIMESTAMP holds, BODYCRC, the inner
 //! batch, a UTF-8 topic, UTF-8 properties. Rows are made for the records that pass.
 
-use std::collections::HashMap;
-
 use super::batch::{unwrap, Mini};
 use super::columns::{Derived, Rules};
 use super::hosts::{format_host, message_id};
 use super::layout::{body_length_at, host_width, BORNHOST_V6_FLAG, BORN_HOST_AT, COMPRESSED_FLAG, MAGIC_V2,
                     NEED_UNWRAP_FLAG, STOREHOST_V6_FLAG};
-use super::properties;
+use super::properties::Kept;
 use crate::buffers::Binary;
-use crate::hash::FnvBuild;
+use crate::names::NameCodes;
 use crate::read::{be_i16, be_i32, be_i64};
 use crate::text::{same, utf8};
 
@@ -106,8 +104,6 @@ fn span((a, b): (usize, usize)) -> (i64, i64) {
     (a as i64, b as i64)
 }
 
-type Names<'a> = HashMap<&'a [u8], i64, FnvBuild>;
-
 /// A host column. A chunk's records come from a few producers and one broker, so the texts
 /// of the last few hosts are kept with their raw fields (8 bytes for IPv4, 20 for IPv6) and
 /// each host is formatted once: an IPv6 text costs a few allocations to write.
@@ -157,14 +153,6 @@ pub struct Props {
     pub values: Binary,
     pub uniq_first: Binary,
     pub uniq_first_valid: Vec<bool>,
-}
-
-/// A row's kept properties, as parsed and with their name codes (reused from row to row).
-#[derive(Default)]
-struct Kept<'a> {
-    pairs: Vec<(&'a [u8], &'a [u8])>,
-    coded: Vec<(i64, &'a [u8], &'a [u8])>,
-    previous: Vec<(i64, &'a [u8], &'a [u8])>,
 }
 
 /// One row per message of the records that pass every check.
@@ -231,7 +219,7 @@ impl Messages {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn push<'a>(&mut self, buf: &'a [u8], i: usize, r: &Record, index: i64, mini: &Mini, names: &mut Names<'a>,
+    fn push<'a>(&mut self, buf: &'a [u8], i: usize, r: &Record, index: i64, mini: &Mini, names: &mut NameCodes<'a>,
                 kept: &mut Kept<'a>, rules: &Rules) {
         let p = r.p;
         self.outer.push(i as i64);
@@ -254,30 +242,20 @@ impl Messages {
         message_id(&buf[r.store_at..r.recon_at], &buf[p + 28..p + 36], &mut self.message_id.data);
         self.message_id.offsets.push(self.message_id.data.len() as i32);
         self.add_properties(&buf[mini.props.0 as usize..mini.props.1 as usize], names, kept, rules);
-        self.derived.push(rules, &kept.coded, r.sysflag, be_i64(buf, p + 40), &buf[r.topic.0..r.topic.1]);
+        self.derived.push(rules, &kept.entries, r.sysflag, be_i64(buf, p + 40), &buf[r.topic.0..r.topic.1]);
     }
 
-    fn add_properties<'a>(&mut self, text: &'a [u8], names: &mut Names<'a>, kept: &mut Kept<'a>,
+    fn add_properties<'a>(&mut self, text: &'a [u8], names: &mut NameCodes<'a>, kept: &mut Kept<'a>,
                           rules: &Rules) {
-        let first = properties::parse_into(text, &mut kept.pairs);
+        let derived = &mut self.derived;
+        kept.parse(text, names, |name| derived.name(rules, name));
         let pr = &mut self.props;
-        std::mem::swap(&mut kept.coded, &mut kept.previous);
-        kept.coded.clear();
-        for (j, &(k, v)) in kept.pairs.iter().enumerate() {
-            // Rows of a chunk mostly repeat the same names in the same order: try the code of
-            // the previous row's name at this place before hashing.
-            let guess = kept.previous.get(j).filter(|(_, name, _)| same(name, k)).map(|(c, _, _)| *c);
-            let next = names.len() as i64;
-            let code = guess.unwrap_or_else(|| *names.entry(k).or_insert_with(|| {
-                self.derived.name(rules, k);
-                next
-            }));
-            kept.coded.push((code, k, v));
+        for &(_, k, v) in &kept.entries {
             pr.keys.push(k);
             pr.values.push(v);
         }
-        pr.uniq_first.push(first.unwrap_or(b""));
-        pr.uniq_first_valid.push(first.is_some());
+        pr.uniq_first.push(kept.first_uniq.unwrap_or(b""));
+        pr.uniq_first_valid.push(kept.first_uniq.is_some());
     }
 }
 
@@ -287,7 +265,7 @@ pub struct Decoder<'a> {
     verify_crc: bool,
     rules: &'a Rules,
     out: Messages,
-    names: Names<'a>,
+    names: NameCodes<'a>,
     kept: Kept<'a>,
 }
 
@@ -298,7 +276,7 @@ impl<'a> Decoder<'a> {
         let mut out = Messages::new();
         out.body.data.reserve(bytes);
         out.reserve(records);
-        Decoder { buf, verify_crc, rules, out, names: Names::default(), kept: Kept::default() }
+        Decoder { buf, verify_crc, rules, out, names: NameCodes::default(), kept: Kept::default() }
     }
 
     /// Record `i` of the chunk, at `p` with TOTALSIZE `size`, already checked by the framing walk.
@@ -382,3 +360,4 @@ mod tests {
         assert_eq!(decode(&bad_topic, &[0], &[bad_topic.len() as i64], true, &rules()).reasons[0].1, "TOPIC is not valid UTF-8");
     }
 }
+
