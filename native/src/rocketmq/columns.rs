@@ -86,9 +86,9 @@ pub struct Derived {
     pub user_keys: Binary,
     pub user_values: Binary,
     pub system_copy: Vec<bool>,
-    /// Per name code: reserved by the broker (not a user property), and its index in WANTED.
-    reserved_code: Vec<bool>,
-    wanted_code: Vec<Option<usize>>,
+    /// Per name code: its index in WANTED (or [`NOT_WANTED`]) and whether the broker reserves
+    /// it (not a user property).
+    roles: Vec<(u8, bool)>,
     headers: i32,
     topics: Vec<(Vec<u8>, bool)>,
 }
@@ -97,6 +97,8 @@ pub struct Derived {
 const WANTED: [&[u8]; 13] = [b"UNIQ_KEY", b"DELAY", b"TRAN_MSG", b"TAGS", b"TRACE_CONTEXT", b"CORRELATION_ID",
                              b"__SHARDINGKEY", b"__transactionId__", b"TIMER_DELIVER_MS", b"TIMER_DELAY_SEC",
                              b"TIMER_DELAY_MS", b"TTL", b"KEYS"];
+/// The role of a name the rules do not read.
+const NOT_WANTED: u8 = u8::MAX;
 const UNIQ: usize = 0;
 const DELAY: usize = 1;
 const TRAN: usize = 2;
@@ -148,18 +150,24 @@ impl Derived {
 
     /// Note a new property name (codes are given in order 0, 1, ...).
     pub fn name(&mut self, rules: &Rules, name: &[u8]) {
-        self.reserved_code.push(rules.reserved.contains(name));
-        self.wanted_code.push(WANTED.iter().position(|w| *w == name));
+        let wanted = WANTED.iter().position(|w| *w == name).map_or(NOT_WANTED, |w| w as u8);
+        self.roles.push((wanted, rules.reserved.contains(name)));
     }
 
     #[inline(always)]
     /// One row: its kept properties (name code, name, value), sysflag, BORNTIMESTAMP and topic.
     pub fn push(&mut self, rules: &Rules, props: &[(u32, &[u8], &[u8])], sysflag: i32, born_ms: i64, topic: &[u8]) {
-        // One pass over the row's properties (a name appears once: the parser kept the last).
+        // One pass over the row's properties (a name appears once: the parser kept the last):
+        // the values the rules read, and the user properties.
         let mut got: [Option<&[u8]>; WANTED.len()] = [None; WANTED.len()];
-        for &(code, _, v) in props {
-            if let Some(w) = self.wanted_code[code as usize] {
-                got[w] = Some(v);
+        for &(code, k, v) in props {
+            let (wanted, reserved) = self.roles[code as usize];
+            if let Some(slot) = got.get_mut(wanted as usize) {
+                *slot = Some(v);
+            }
+            if !reserved {
+                self.user_keys.push(k);
+                self.user_values.push(v);
             }
         }
         let get = |w: usize| got[w];
@@ -196,7 +204,7 @@ impl Derived {
         let ttl = int_value(get(TTL), 15).filter(|&t| t > 0);
         self.expire_us.push(micros(ttl.map(|t| born_ms + t)));
         self.push_keys(get(KEYS));
-        self.push_maps(props);
+        self.push_maps(props.len());
         self.push_system(rules, topic);
     }
 
@@ -210,15 +218,10 @@ impl Derived {
         self.keys_valid.push(keys.is_some());
     }
 
-    fn push_maps(&mut self, props: &[(u32, &[u8], &[u8])]) {
-        self.headers += props.len() as i32;
+    /// Where the row's maps end: its `headers` (all `kept` properties) and its user properties.
+    fn push_maps(&mut self, kept: usize) {
+        self.headers += kept as i32;
         self.header_offsets.push(self.headers);
-        for &(code, k, v) in props {
-            if !self.reserved_code[code as usize] {
-                self.user_keys.push(k);
-                self.user_values.push(v);
-            }
-        }
         self.user_offsets.push(self.user_keys.offsets.len() as i32 - 1);
     }
 
@@ -249,7 +252,7 @@ mod tests {
     fn row(d: &mut Derived, r: &Rules, props: &[(&str, &str)], sysflag: i32, topic: &str) {
         let mut coded = Vec::new();
         for (k, v) in props {
-            let code = d.reserved_code.len() as u32;
+            let code = d.roles.len() as u32;
             d.name(r, k.as_bytes());
             coded.push((code, k.as_bytes(), v.as_bytes()));
         }
