@@ -158,6 +158,34 @@ def test_nsq_live_data_path(tmp_path):
     assert_same(NsqExtCodec, str(tmp_path))
 
 
+
+@needs_native
+def test_many_header_names_in_one_pass(tmp_path, monkeypatch):
+    """More header names in a chunk than the core's name table holds (the rest go to its map),
+    of every length: the one-pass path takes them and gives what the steps give."""
+    from msglake.formats import nsq_ext
+
+    plain = []
+    frame_chunk = nsq_ext.frame_chunk
+    def spy(buf, core=None, *where):
+        fr, rows = frame_chunk(buf, core, *where)
+        if core is not None and len(fr.positions):
+            plain.append(rows is not None)
+        return fr, rows
+
+    monkeypatch.setattr(nsq_ext, "frame_chunk", spy)
+    with NsqQueueWriter(str(tmp_path), "t", 0) as w:
+        for i in range(300):
+            # User properties first, then the names of columns, coded once the table is full.
+            header = ({f"h{i:02d}": "v", "k" * (1 + i % 30): i} if i < 80 else
+                      {"priority": i % 10, "keys": f"a{i} b", "##trace_id": str(i), "h05": "w", "k" * (1 + i % 30): i})
+            w.put(b"x%d" % i, header=dict(sorted(header.items())), timestamp_ns=TS + i)
+    table = assert_same(NsqExtCodec, str(tmp_path))
+    assert table.num_rows == 300 and plain and all(plain)
+    assert {k for m in table["properties"].to_pylist() for k, _ in m} >= {"h00", "h79", "k", "k" * 30}
+    assert table["keys"][299].as_py() == ["a299", "b"] and table["traceId"][299].as_py() == "299"
+
+
 _values = st.one_of(st.text(max_size=8), st.integers(-(1 << 62), 1 << 62), st.booleans(), st.none(),
                     st.floats(allow_nan=False), st.lists(st.integers(-(1 << 63), (1 << 64) - 1), max_size=2))
 _headers = st.one_of(
@@ -290,6 +318,21 @@ def test_rocketmq_generated_stores_with_corruption(messages, flips, chunk, crc, 
             os.pwrite(fd, bytes([value]), at % max(os.fstat(fd).st_size, 1))
             os.close(fd)
         assert_same(RocketMqCommitLogCodec, root, chunk_bytes=chunk, verifyCrc=crc, decompress=decompress)
+
+
+
+@needs_native
+def test_many_and_repeated_property_names(tmp_path):
+    """More property names in a chunk than the core's name table holds (the rest go to its map),
+    names of every length, a name twice in a message (the last value kept)."""
+    with CommitLogWriter(str(tmp_path), 1 << 20) as w:
+        for i in range(400):
+            props = {"UNIQ_KEY": f"U{i}", "TAGS": "t", f"n{i % 90:02d}": "v", "p" * (1 + i % 40): str(i)}
+            w.put(Message("orders", b"x", props, raw_properties=f"a\x01{i}\x02a\x01again\x02" if i % 7 == 0 else ""))
+    table = assert_same(RocketMqCommitLogCodec, str(tmp_path))
+    users = [dict(m) for m in table["properties"].to_pylist()]
+    assert len(users) == 400 and users[7]["a"] == "again" and "a" not in users[8]
+    assert {k for u in users for k in u} >= {"n00", "n89", "p", "p" * 40}
 
 
 @needs_native
