@@ -16,7 +16,7 @@ import pyarrow as pa
 
 ENV = "MSGLAKE_NATIVE"
 #: The extension's ``API_VERSION`` these codecs call (``native/src/lib.rs``).
-API_VERSION = 7
+API_VERSION = 8
 _warned = False
 
 
@@ -92,10 +92,30 @@ def arrow(batch) -> pa.RecordBatch:
     return pa.record_batch(batch)
 
 
-def numbers(batch: pa.RecordBatch, name: str) -> np.ndarray:
-    """A number column of a native batch (no nulls) as NumPy: a read-only view of the core's
-    buffer, or for booleans (bits in Arrow) a new array."""
-    col = batch.column(name)
+_layouts: dict[tuple[int, int], tuple[pa.Schema, object]] = {}
+
+
+def layout(core: ModuleType, schema: pa.Schema):
+    """The core's ``Layout`` of ``schema`` (made once per schema): a step given it arranges its
+    batch in the schema's fields, and :func:`arrow_as` imports that batch as is."""
+    key = (id(core), id(schema))
+    if key not in _layouts:
+        _layouts[key] = (schema, core.Layout(schema))  # the schema is held, so its id stays its own
+    return _layouts[key][1]
+
+
+def arrow_as(batch, schema: pa.Schema) -> pa.RecordBatch:
+    """A batch a native step arranged by ``layout(core, schema)``, imported with ``schema``:
+    only the array crosses the C Data Interface (a schema of some forty fields costs more to
+    export and import than the array), and no column is reordered, added or cast."""
+    return pa.RecordBatch._import_from_c(batch.array_address(), schema)
+
+
+def numbers(batch: pa.RecordBatch, column: str | int) -> np.ndarray:
+    """A number column of a native batch (no nulls), by name or index (faster in a batch of many
+    columns), as NumPy: a read-only view of the core's buffer, or for booleans (bits in Arrow) a
+    new array."""
+    col = batch.column(column)
     return col.to_numpy(zero_copy_only=col.type != pa.bool_())
 
 

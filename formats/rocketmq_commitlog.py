@@ -62,6 +62,7 @@ from msglake.formats.base import (
     source_batch,
 )
 from msglake.schemas.messages import DEFAULT_PRIORITY, TS
+from msglake.schemas.source import SOURCE_SCHEMA
 
 NAME = "rocketmq-commitlog"
 SOURCE_FORMAT = "rocketmq_commitlog"
@@ -494,18 +495,22 @@ def _python_messages(buf: np.ndarray, p: np.ndarray, tot: np.ndarray, verify_crc
 _NATIVE_RULES = (sorted(L.RESERVED_KEYS), sorted(L.SYSTEM_TOPICS), L.SYSTEM_TOPIC_PREFIX)
 
 
-def _native_decoded(decoded: tuple[pa.RecordBatch, list], n: int) -> _Decoded:
+def _native_decoded(decoded: tuple[pa.RecordBatch, pa.RecordBatch, list], n: int) -> _Decoded:
     """What :func:`_python_messages`, ``RocketMqCommitLogCodec._record_columns`` and
     ``_property_columns`` make, by the native core: the rows it made of a chunk's ``n`` records as
-    it walked them (``rmq_chunk``), already the unified schema's columns, handed over through the
-    Arrow C Data Interface."""
-    rows, reasons = decoded
+    it walked them (``rmq_chunk``), already a source batch (``SOURCE_SCHEMA``), handed over
+    through the Arrow C Data Interface; ``outer``: the record of each row."""
+    rows, outer, reasons = decoded
     r = _Reasons(n)
     for i, why in reasons:
         r.reason[i] = why
         r.ok[i] = False
-    return _Decoded(r, NV.numbers(rows, "outer"), NV.numbers(rows, "recordLength"), NV.numbers(rows, "sysFlag"),
-                    NV.columns(rows, skip=("outer",)))
+    return _Decoded(r, NV.numbers(outer, "outer"), NV.numbers(rows, _RECORD_LENGTH), NV.numbers(rows, _SYSFLAG),
+                    None, rows)
+
+
+#: Where the native rows' accounting columns are (by index: a look-up by name costs more).
+_RECORD_LENGTH, _SYSFLAG = SOURCE_SCHEMA.get_field_index("recordLength"), SOURCE_SCHEMA.get_field_index("sysFlag")
 
 
 @dataclass
@@ -516,7 +521,8 @@ class _Decoded:
     o: np.ndarray  # index of the record each row comes from
     length: np.ndarray  # bytes to account per row
     sysflag: np.ndarray
-    columns: dict[str, pa.Array]  # the unified schema's (a decoded row leaves searchKey, reason, rawBytes null)
+    columns: dict[str, pa.Array] | None  # the unified schema's (a decoded row leaves searchKey, reason, rawBytes null)
+    batch: pa.RecordBatch | None = None  # or the native core's rows, already a source batch
 
 
 def _chunk_constants(segment: str) -> Constants:
@@ -842,12 +848,13 @@ class RocketMqCommitLogCodec(NativeCodec):
         path decodes after the walk."""
         if self._core is None:
             return walk(data, 0, len(data), hard_end, phys_base, file_end)
-        at, stop, kind, why, need, rows, reasons = self._core.rmq_chunk(
+        at, stop, kind, why, need, rows, outer, reasons = self._core.rmq_chunk(
             data, 0, len(data), hard_end, phys_base, file_end, base,
-            _chunk_constants(segment), _CODEC_LIST, self.verify_crc, self.delay_levels.tolist(), *_NATIVE_RULES)
+            _chunk_constants(segment), _CODEC_LIST, self.verify_crc, self.delay_levels.tolist(), *_NATIVE_RULES,
+            NV.layout(self._core, SOURCE_SCHEMA))
         at = NV.arrow(at)
         return Framing(NV.numbers(at, "positions"), NV.numbers(at, "lengths"), stop, kind, why, need,
-                       (NV.arrow(rows), reasons))
+                       (NV.arrow_as(rows, SOURCE_SCHEMA), NV.arrow(outer), reasons))
 
     def _quarantine(self, fd: int, seg: SegmentInfo, a: int, b: int, reason: str) -> Iterator[DecodeResult]:
         """Quarantine raw bytes ``[a, b)`` of a file, a few rows at a time.
@@ -879,6 +886,9 @@ class RocketMqCommitLogCodec(NativeCodec):
                 qb.add(base + a, buf[a : a + ln].tobytes(), seg.problem)
             return None, 0
         if self._core is not None:
+            rows, _, reasons = fr.decoded
+            if not reasons and not self.decompress and rows.num_rows:
+                return rows, int(NV.numbers(rows, _RECORD_LENGTH).sum())  # the usual chunk: every row kept as made
             d = _native_decoded(fr.decoded, n)
         else:
             msg = _python_messages(buf, p, tot, self.verify_crc, self._message_rows)
@@ -888,6 +898,8 @@ class RocketMqCommitLogCodec(NativeCodec):
         compressed = (d.sysflag & L.COMPRESSED_FLAG) != 0
         columns = d.columns
         if self.decompress and compressed.any():
+            if columns is None:
+                columns = dict(zip(d.batch.schema.names, d.batch.columns))
             body, compression = columns["body"], columns["compression"]
             where = np.flatnonzero(compressed)
             plain = []
@@ -907,7 +919,7 @@ class RocketMqCommitLogCodec(NativeCodec):
         keep = r.ok[o]
         if not keep.any():
             return None, 0
-        batch = source_batch(columns, m)
+        batch = source_batch(columns, m) if columns is not None else d.batch
         if not keep.all():
             batch = batch.filter(pa.array(keep))
         return batch, int(d.length[keep].sum())

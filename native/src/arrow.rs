@@ -6,14 +6,14 @@
 //! lies, and the Rust buffers live until the last pyarrow array over them is gone.
 
 use std::ffi::CString;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_array::types::{ArrowPrimitiveType, TimestampMicrosecondType};
-use arrow_array::{Array, ArrayRef, BinaryArray, BooleanArray, ListArray, MapArray, PrimitiveArray, StringArray,
-                  StructArray};
+use arrow_array::{new_null_array, Array, ArrayRef, BinaryArray, BooleanArray, ListArray, MapArray, PrimitiveArray,
+                  StringArray, StructArray};
 use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
-use arrow_schema::{DataType, Field, Fields};
+use arrow_schema::{DataType, Field, Fields, Schema};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
@@ -47,7 +47,49 @@ impl BatchBuilder {
     /// The batch for Python.
     pub fn finish(self, py: Python<'_>, len: usize) -> PyResult<Bound<'_, Batch>> {
         let array = self.build(len).map_err(PyValueError::new_err)?;
-        Bound::new(py, Batch { array })
+        Bound::new(py, Batch::new(array))
+    }
+
+    /// The batch for Python with the fields of `layout`, in its order: a field no column was
+    /// added for is all null; a column whose name is not a field is left out.
+    pub fn finish_as<'py>(self, py: Python<'py>, layout: &Layout, len: usize) -> PyResult<Bound<'py, Batch>> {
+        let mut made: Vec<Option<ArrayRef>> = self.arrays.into_iter().map(Some).collect();
+        let mut arrays = Vec::with_capacity(layout.fields.len());
+        for field in layout.fields.iter() {
+            let at = self.fields.iter().position(|f| f.name() == field.name());
+            let array = at.and_then(|at| made[at].take()).unwrap_or_else(|| new_null_array(field.data_type(), len));
+            if array.data_type() != field.data_type() {
+                return Err(PyValueError::new_err(format!("column {} is {}, the layout's field is {}", field.name(),
+                                                         array.data_type(), field.data_type())));
+            }
+            arrays.push(array);
+        }
+        let array = StructArray::try_new_with_length(layout.fields.clone(), arrays, None, len)
+            .map_err(|e| PyValueError::new_err(format!("columns do not fit the layout: {e}")))?;
+        Bound::new(py, Batch::new(array))
+    }
+}
+
+/// The fields a step's batch is arranged in (`BatchBuilder::finish_as`), from a pyarrow schema
+/// given once: the batch then imports with that schema object (`Batch::array_address`), with no
+/// schema crossing for each batch and no Python step to order, add or cast columns.
+#[pyclass(frozen, module = "msglake_native")]
+pub struct Layout {
+    fields: Fields,
+}
+
+#[pymethods]
+impl Layout {
+    /// `schema`: any object with `__arrow_c_schema__` (a `pyarrow.Schema`).
+    #[new]
+    fn new(schema: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let capsule = schema.call_method0("__arrow_c_schema__")?;
+        let capsule = capsule.downcast::<PyCapsule>()?;
+        // SAFETY: `__arrow_c_schema__` returns a capsule holding an ArrowSchema struct, alive as
+        // long as the capsule; it is only read here.
+        let ffi = unsafe { &*(capsule.pointer() as *const FFI_ArrowSchema) };
+        let schema = Schema::try_from(ffi).map_err(|e| PyValueError::new_err(format!("not an Arrow schema: {e}")))?;
+        Ok(Layout { fields: schema.fields().clone() })
     }
 }
 
@@ -55,10 +97,31 @@ impl BatchBuilder {
 #[pyclass(frozen, module = "msglake_native")]
 pub struct Batch {
     array: StructArray,
+    /// ArrowArray structs handed out by address, freed with the batch (pyarrow moves out what
+    /// they hold and marks them released). Boxed: an address handed out stays put when the
+    /// vector grows.
+    #[allow(clippy::vec_box)]
+    exported: Mutex<Vec<Box<FFI_ArrowArray>>>,
+}
+
+impl Batch {
+    fn new(array: StructArray) -> Self {
+        Batch { array, exported: Mutex::new(Vec::new()) }
+    }
 }
 
 #[pymethods]
 impl Batch {
+    /// The address of an ArrowArray of the batch's struct array, for
+    /// `pa.RecordBatch._import_from_c(address, schema)` with the schema the caller already has
+    /// (its `Layout`'s): no schema is exported. Valid while the batch lives.
+    fn array_address(&self) -> usize {
+        let array = Box::new(FFI_ArrowArray::new(&self.array.to_data()));
+        let address = &*array as *const FFI_ArrowArray as usize;
+        self.exported.lock().expect("no panic while exporting").push(array);
+        address
+    }
+
     /// The Arrow PyCapsule protocol: (schema capsule, array capsule) of the struct array. A
     /// requested schema is not applied here: the batch has one layout, the caller casts.
     #[pyo3(signature = (requested_schema=None))]

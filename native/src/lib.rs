@@ -20,7 +20,8 @@ use arrow_array::types::{Int16Type, Int32Type, Int64Type, UInt64Type};
 use arrow_schema::DataType;
 use pyo3::prelude::*;
 
-use arrow::{binary, flags, no_flags, numbers, optional, string_lists, string_maps, timestamps, utf8, Batch, BatchBuilder};
+use arrow::{binary, flags, no_flags, numbers, optional, string_lists, string_maps, timestamps, utf8, Batch, BatchBuilder,
+            Layout};
 use buffers::{gather as gather_slices, Binary, I64s, View};
 
 /// `buf[starts[i]:ends[i]]` for every i, as a batch of one binary column, `values`.
@@ -218,15 +219,18 @@ fn rmq_rules(delay_levels: Vec<i64>, reserved: Vec<String>, system_topics: Vec<S
 }
 
 /// RocketMQ: `rmq_walk`, decoding each record as the walk reaches it (while its bytes are in
-/// cache): (positions and lengths, stop, kind, why, need, rows, [(record index, why)]). The
-/// rows: one per message of the records that pass every check (see `messages_batch`); the
-/// list names the others.
+/// cache): (positions and lengths, stop, kind, why, need, rows, outer, [(record index, why)]).
+/// The rows: one per message of the records that pass every check (see `messages_batch`),
+/// arranged as `layout` (the source schema); outer: the record each row comes from; the list
+/// names the records that failed.
 #[pyfunction]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn rmq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64, hard_end: i64, phys_base: i64,
                   file_end: i64, base: i64, constants: Constants, codec_names: Vec<String>, verify_crc: bool,
-                  delay_levels: Vec<i64>, reserved: Vec<String>, system_topics: Vec<String>, system_prefix: String)
-    -> PyResult<(Bound<'py, Batch>, i64, &'static str, String, i64, Bound<'py, Batch>, Vec<(usize, String)>)> {
+                  delay_levels: Vec<i64>, reserved: Vec<String>, system_topics: Vec<String>, system_prefix: String,
+                  layout: PyRef<'py, Layout>)
+    -> PyResult<(Bound<'py, Batch>, i64, &'static str, String, i64, Bound<'py, Batch>, Bound<'py, Batch>,
+                 Vec<(usize, String)>)> {
     if codec_names.len() != 8 {
         return Err(pyo3::exceptions::PyValueError::new_err("a compression name for each of the 8 COMPRESSIONTYPEs"));
     }
@@ -242,18 +246,20 @@ fn rmq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64
     });
     let reasons = std::mem::take(&mut m.reasons);
     let n = m.outer.len();
+    let mut outer = BatchBuilder::new();
+    outer.add("outer", numbers::<Int64Type>(std::mem::take(&mut m.outer)));
     Ok((positions(py, fr.positions, Some(fr.lengths))?, fr.stop, fr.kind.name(), fr.why, fr.need,
-        messages_batch(m, base, &constants, &codec_names).finish(py, n)?, reasons))
+        messages_batch(m, base, &constants, &codec_names).finish_as(py, &layout, n)?, outer.finish(py, n)?, reasons))
 }
 
 /// The decoded RocketMQ messages as the unified schema's columns, under their names and in
-/// their types, and `outer`: the record each row comes from. `base`: the file position of the
+/// their types (`outer`, the record each row comes from, is taken out before). `base`: the file position of the
 /// chunk, added to SEGMENTPOSITION; `constants`: the columns of one value; `codec_names`: the
 /// compression's name for each COMPRESSIONTYPE (SYSFLAG bits 8-10). Every row's record passed
 /// the checks, so both times are within a Spark TIMESTAMP.
 fn messages_batch(m: rocketmq::records::Messages, base: i64, constants: &Constants, codec_names: &[String])
     -> BatchBuilder {
-    let n = m.outer.len();
+    let n = m.pos.len();
     let mut compression = Binary::with_capacity(n, 0);
     let compressed: Vec<bool> = m.sysflag.iter().map(|&f| {
         let on = f & rocketmq::layout::COMPRESSED_FLAG != 0;
@@ -270,7 +276,7 @@ fn messages_batch(m: rocketmq::records::Messages, base: i64, constants: &Constan
     };
     let body_size = m.body.lengths();
     let mut c = BatchBuilder::new();
-    for (name, values) in [("outer", m.outer), ("segmentPosition", shift(m.pos, base)), ("queueOffset", m.queue_offset),
+    for (name, values) in [("segmentPosition", shift(m.pos, base)), ("queueOffset", m.queue_offset),
                            ("physicalOffset", m.physical_offset), ("preparedTransactionOffset", m.prepared),
                            ("recordLength", m.length)] {
         c.add(name, numbers::<Int64Type>(values));
@@ -355,12 +361,13 @@ fn nsq_header_batch(c: nsq::headers::Columns) -> BatchBuilder {
 
 /// Bumped whenever a function's arguments or results change: `formats/native.py` uses the
 /// module only when it names the same version, so a stale build never meets newer codecs.
-const API_VERSION: u32 = 7;
+const API_VERSION: u32 = 8;
 
 #[pymodule]
 fn msglake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("API_VERSION", API_VERSION)?;
     m.add_class::<Batch>()?;
+    m.add_class::<Layout>()?;
     m.add_function(wrap_pyfunction!(gather, m)?)?;
     m.add_function(wrap_pyfunction!(nsq_frame, m)?)?;
     m.add_function(wrap_pyfunction!(nsq_walk, m)?)?;

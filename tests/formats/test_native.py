@@ -371,9 +371,11 @@ def test_columns_cross_through_the_c_data_interface_in_their_schema_types(tmp_pa
         assert len(shared) >= 18, (fmt, shared)
         for name in shared:
             assert batch.column(name).type == SOURCE_SCHEMA.field(name).type, (fmt, name)
-    # A chunk's rows come whole, the chunk's constants and (RocketMQ) compression included.
-    left = set(SOURCE_SCHEMA.names) - set(rows["rocketmq-commitlog"].schema.names)
-    assert left == {"searchKey", "reason", "rawBytes"}, left
+    # A chunk's rows come whole, the chunk's constants and (RocketMQ) compression included; a
+    # RocketMQ chunk's rows come as a source batch, the columns a message leaves null included.
+    rmq_rows = rows["rocketmq-commitlog"]
+    assert rmq_rows.schema.equals(SOURCE_SCHEMA)
+    assert all(rmq_rows.column(name).null_count == rmq_rows.num_rows for name in ("searchKey", "reason", "rawBytes"))
     own = {"topic", "partition", "sourceFormat", "segment", "segmentPosition", "queueOffset", "storeTimestamp",
            "storeHost", "priority", "durability", "deliveryCount", "body", "bodySize", "recordLength", "systemCopy"}
     assert own <= set(rows["nsq-ext"].schema.names), own - set(rows["nsq-ext"].schema.names)
@@ -382,3 +384,28 @@ def test_columns_cross_through_the_c_data_interface_in_their_schema_types(tmp_pa
     one, two = N.arrow(at).column("values"), N.arrow(at).column("values")
     assert one.to_pylist() == [data[0:4], data[8:12]]
     assert one.buffers()[2].address == two.buffers()[2].address  # both lie over the core's buffer
+
+
+@needs_native
+def test_a_layout_arranges_a_batch_and_refuses_a_column_of_another_type(tmp_path):
+    """A step given a ``Layout`` returns its columns in the layout's fields: one it did not make
+    is all null, one it made but the layout lacks is left out, and a type the layout does not
+    have is an error that names the column."""
+    rocketmq_samples.generate(str(tmp_path), 50, bad_inputs=False)
+    (commitlog,) = sorted((tmp_path / "commitlog").iterdir())[:1]
+    data = commitlog.read_bytes()
+    codec = RocketMqCommitLogCodec(native=True)
+    core = codec._core
+
+    def rows(schema):
+        from msglake.formats import rocketmq_commitlog as R
+        out = core.rmq_chunk(data, 0, len(data), len(data), 0, len(data), 0, R._chunk_constants("0"), R._CODEC_LIST,
+                             True, codec.delay_levels.tolist(), *R._NATIVE_RULES, core.Layout(schema))
+        return N.arrow_as(out[5], schema)
+
+    schema = pa.schema([("topic", pa.string()), ("nothing", pa.int64()), ("body", pa.binary())])
+    got = rows(schema)
+    assert got.schema.equals(schema) and got.num_rows > 0
+    assert got.column("nothing").null_count == got.num_rows and got.column("topic").null_count == 0
+    with pytest.raises(ValueError, match="column topic is Utf8, the layout's field is Int64"):
+        rows(pa.schema([("topic", pa.int64())]))
