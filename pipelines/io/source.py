@@ -188,7 +188,8 @@ def pack(ranges: list[tuple], split_bytes: int) -> list[list[tuple]]:
 
 #: Rows of small ranges go to Spark in Arrow batches of about this size: each batch costs the
 #: JVM a fixed amount, and a task over hundreds of small segments would otherwise send as many
-#: tiny ones (a chunk of a large segment is one batch of about this size already).
+#: tiny ones. A batch of at least half of it (a chunk of a large segment) goes on its own, not
+#: copied into a larger one.
 BATCH_BYTES = 4 << 20
 
 
@@ -199,10 +200,17 @@ def read_task(opts: SourceOptions, partition: InputPartition) -> Iterator:
     size = 0
     for r in partition.value:
         for batch in read_range(opts, codec, r):
-            pending.append(batch)
             # The buffers' sizes, not nbytes: nbytes walks every column's slice (about 80 µs for
             # a batch of this schema), a fixed cost that small segments pay once each.
-            size += batch.get_total_buffer_size()
+            own = batch.get_total_buffer_size()
+            if own >= BATCH_BYTES // 2:
+                if pending:
+                    yield concat_batches(pending)
+                    pending, size = [], 0
+                yield batch
+                continue
+            pending.append(batch)
+            size += own
             if size >= BATCH_BYTES:
                 yield concat_batches(pending)
                 pending, size = [], 0

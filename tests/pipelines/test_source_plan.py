@@ -49,3 +49,26 @@ def test_a_task_over_many_small_segments_hands_spark_few_batches(tmp_path):
     expected = pa.Table.from_batches([r.batch for seg in scan.segments if seg.committed_end
                                       for r in codec.decode(str(tmp_path), seg, 0, seg.committed_end)])
     assert len(batches) < 5 and pa.Table.from_batches(batches).equals(expected)
+
+
+def test_a_large_chunk_goes_to_spark_on_its_own(tmp_path, monkeypatch):
+    """A batch of at least half of BATCH_BYTES (a chunk of a large segment) is handed over as
+    decoded, not copied into a larger batch; smaller ones around it are still gathered, in order."""
+    monkeypatch.setattr(S, "BATCH_BYTES", 256 << 10)
+    with NsqQueueWriter(str(tmp_path), "big", 0) as w:
+        for i in range(1500):
+            w.put(b"y" * 300, timestamp_ns=1_793_500_000 * 10**9 + i)
+    for q in range(3):
+        with NsqQueueWriter(str(tmp_path), f"t{q}", 0, max_bytes_per_file=8 << 10) as w:
+            while w.file_num < 4:
+                w.put(b"x" * 300, timestamp_ns=1_793_500_000 * 10**9)
+    opts = SourceOptions.parse({"format": "nsq-ext", "path": str(tmp_path)})
+    codec = opts.codec()
+    scan = codec.scan(str(tmp_path))
+    segs = sorted((s for s in scan.segments if s.committed_end), key=lambda s: (s.path.startswith("big"), s.path))
+    ranges = [(seg.to_dict(), seg.path, 0, seg.committed_end, False) for seg in segs]  # small ones, then the big one
+    batches = list(read_task(opts, InputPartition(ranges)))
+    expected = pa.Table.from_batches([r.batch for seg in segs for r in codec.decode(str(tmp_path), seg, 0, seg.committed_end)])
+    assert pa.Table.from_batches(batches).equals(expected)
+    assert batches[-1].num_rows == 1500 and len(batches) >= 2  # the big segment's one chunk, alone and last
+    assert all(b.get_total_buffer_size() >= 128 << 10 for b in batches[:-2])  # the small ones gathered
