@@ -50,6 +50,7 @@ from msglake.formats import native as NV
 from msglake.formats.native import NativeCodec
 from msglake.formats.options import CodecOptions, HostPort
 from msglake.schemas.messages import DEFAULT_PRIORITY, TS
+from msglake.schemas.source import SOURCE_SCHEMA
 
 NAME = "nsq-ext"
 SOURCE_FORMAT = "nsq_ext"
@@ -134,14 +135,16 @@ def frame_chunk(buf, core=None, seg: SegmentInfo | None = None, store_host: str 
                 base: int = 0) -> tuple[Framing, pa.RecordBatch | None]:
     """:func:`frame` of a whole chunk (from file position ``base`` of ``seg``); with the native
     ``core``, also the chunk's rows when every record in it is plain (decoded in the same pass, see
-    ``native/src/nsq/chunk.rs``), else None: the source schema's columns an NSQ record fills (in
-    their schema types, the constant ones of ``seg`` and ``store_host`` included)."""
+    ``native/src/nsq/chunk.rs``), else None: a source batch (``SOURCE_SCHEMA``) whose columns an
+    NSQ record does not fill are null (the constant ones of ``seg`` and ``store_host`` filled)."""
     if core is None:
         return frame(buf, 0, len(buf)), None
     rows_at = (base, seg.start_virtual if seg else None, (_HEADER_DEFAULTS["priority"], _HEADER_DEFAULTS["durability"]),
                _segment_constants(seg, store_host))
-    at, pos, kind, bad, plain = core.nsq_chunk(buf, 0, len(buf), *_NOT_PROPERTIES, rows_at)
-    return _framing(NV.numbers(NV.arrow(at), "positions"), pos, kind, bad), None if plain is None else NV.arrow(plain)
+    at, pos, kind, bad, plain = core.nsq_chunk(buf, 0, len(buf), *_NOT_PROPERTIES, rows_at,
+                                               NV.layout(core, SOURCE_SCHEMA))
+    return (_framing(NV.numbers(NV.arrow(at), "positions"), pos, kind, bad),
+            None if plain is None else NV.arrow_as(plain, SOURCE_SCHEMA))
 
 
 def _framing(at: np.ndarray, pos: int, kind: str, bad: int) -> Framing:
@@ -311,7 +314,7 @@ def decode_chunk(
             quarantine.add(base + p, buf[p : p + 4 + ln].tobytes(), seg.problem)
         return ChunkDecode(None, 0)
     if plain is not None:
-        return ChunkDecode(source_batch(NV.columns(plain), len(pos)), int((n + 4).sum()))
+        return ChunkDecode(plain, int((n + 4).sum()))
 
     rec_end = pos + 4 + n
     f = (_python_fields if core is None else _native_fields)(buf, pos, n, core)

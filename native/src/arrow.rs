@@ -51,7 +51,8 @@ impl BatchBuilder {
     }
 
     /// The batch for Python with the fields of `layout`, in its order: a field no column was
-    /// added for is all null; a column whose name is not a field is left out.
+    /// added for is all null. A column the layout has no field for, or of another type than
+    /// its field, is an error (a misnamed column must not pass as a null one).
     pub fn finish_as<'py>(self, py: Python<'py>, layout: &Layout, len: usize) -> PyResult<Bound<'py, Batch>> {
         let mut made: Vec<Option<ArrayRef>> = self.arrays.into_iter().map(Some).collect();
         let mut arrays = Vec::with_capacity(layout.fields.len());
@@ -63,6 +64,9 @@ impl BatchBuilder {
                                                          array.data_type(), field.data_type())));
             }
             arrays.push(array);
+        }
+        if let Some(at) = made.iter().position(Option::is_some) {
+            return Err(PyValueError::new_err(format!("column {} is not in the layout", self.fields[at].name())));
         }
         let array = StructArray::try_new_with_length(layout.fields.clone(), arrays, None, len)
             .map_err(|e| PyValueError::new_err(format!("columns do not fit the layout: {e}")))?;

@@ -144,13 +144,12 @@ fn add_constants(c: &mut BatchBuilder, n: usize, (texts, ints): &Constants) {
 type ChunkRows = (i64, Option<i64>, (i32, i32), Constants);
 
 /// NSQ: frame `buf[start:end]` and, when every record is plain (`nsq::chunk`), decode it in
-/// the same pass: (positions, stop, kind, bad length prefix, rows or None). The rows: the
-/// unified schema's columns, in its names and types (`rows_at` says where they sit and gives
-/// the constant ones). `columns`/`prefixes`: header names that are no user property.
+/// the same pass: (positions, stop, kind, bad length prefix, rows or None). The rows: a source
+/// batch, arranged as `layout` (`rows_at` says where they sit and gives the constant columns). `columns`/`prefixes`: header names that are no user property.
 #[pyfunction]
 #[allow(clippy::type_complexity)]
 fn nsq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64, columns: Vec<String>,
-                  prefixes: Vec<String>, rows_at: ChunkRows)
+                  prefixes: Vec<String>, rows_at: ChunkRows, layout: PyRef<'py, Layout>)
     -> PyResult<(Bound<'py, Batch>, i64, &'static str, i64, Option<Bound<'py, Batch>>)> {
     let view = View::new(buf)?;
     let bytes = |words: Vec<String>| words.into_iter().map(String::into_bytes).collect();
@@ -185,7 +184,7 @@ fn nsq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64
                 .add("bodySize", numbers::<Int32Type>(body_size))
                 .add("systemCopy", no_flags(n)); // NSQ keeps no internal copies
             add_constants(&mut cols, n, constants);
-            Some(cols.finish(py, n)?)
+            Some(cols.finish_as(py, &layout, n)?)
         }
     };
     Ok((positions(py, fr.positions, None)?, fr.stop, fr.kind.name(), fr.bad, rows))

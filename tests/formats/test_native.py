@@ -371,10 +371,10 @@ def test_columns_cross_through_the_c_data_interface_in_their_schema_types(tmp_pa
         assert len(shared) >= 18, (fmt, shared)
         for name in shared:
             assert batch.column(name).type == SOURCE_SCHEMA.field(name).type, (fmt, name)
-    # A chunk's rows come whole, the chunk's constants and (RocketMQ) compression included; a
-    # RocketMQ chunk's rows come as a source batch, the columns a message leaves null included.
+    # A chunk's rows come whole, the chunk's constants and (RocketMQ) compression included, as a
+    # source batch: the columns a message leaves null included.
     rmq_rows = rows["rocketmq-commitlog"]
-    assert rmq_rows.schema.equals(SOURCE_SCHEMA)
+    assert rmq_rows.schema.equals(SOURCE_SCHEMA) and rows["nsq-ext"].schema.equals(SOURCE_SCHEMA)
     assert all(rmq_rows.column(name).null_count == rmq_rows.num_rows for name in ("searchKey", "reason", "rawBytes"))
     own = {"topic", "partition", "sourceFormat", "segment", "segmentPosition", "queueOffset", "storeTimestamp",
            "storeHost", "priority", "durability", "deliveryCount", "body", "bodySize", "recordLength", "systemCopy"}
@@ -387,10 +387,13 @@ def test_columns_cross_through_the_c_data_interface_in_their_schema_types(tmp_pa
 
 
 @needs_native
-def test_a_layout_arranges_a_batch_and_refuses_a_column_of_another_type(tmp_path):
+def test_a_layout_arranges_a_batch_and_refuses_what_does_not_fit(tmp_path):
     """A step given a ``Layout`` returns its columns in the layout's fields: one it did not make
-    is all null, one it made but the layout lacks is left out, and a type the layout does not
-    have is an error that names the column."""
+    is all null; a column the layout lacks, or of a type the layout does not have, is an error
+    that names the column (a misnamed column must not pass as a null one)."""
+    from msglake.formats import rocketmq_commitlog as R
+    from msglake.schemas.source import SOURCE_SCHEMA
+
     rocketmq_samples.generate(str(tmp_path), 50, bad_inputs=False)
     (commitlog,) = sorted((tmp_path / "commitlog").iterdir())[:1]
     data = commitlog.read_bytes()
@@ -398,14 +401,15 @@ def test_a_layout_arranges_a_batch_and_refuses_a_column_of_another_type(tmp_path
     core = codec._core
 
     def rows(schema):
-        from msglake.formats import rocketmq_commitlog as R
         out = core.rmq_chunk(data, 0, len(data), len(data), 0, len(data), 0, R._chunk_constants("0"), R._CODEC_LIST,
                              True, codec.delay_levels.tolist(), *R._NATIVE_RULES, core.Layout(schema))
         return N.arrow_as(out[5], schema)
 
-    schema = pa.schema([("topic", pa.string()), ("nothing", pa.int64()), ("body", pa.binary())])
-    got = rows(schema)
-    assert got.schema.equals(schema) and got.num_rows > 0
+    wider = SOURCE_SCHEMA.insert(3, pa.field("nothing", pa.int64()))
+    got = rows(wider)
+    assert got.schema.equals(wider) and got.num_rows > 0
     assert got.column("nothing").null_count == got.num_rows and got.column("topic").null_count == 0
     with pytest.raises(ValueError, match="column topic is Utf8, the layout's field is Int64"):
-        rows(pa.schema([("topic", pa.int64())]))
+        rows(SOURCE_SCHEMA.set(SOURCE_SCHEMA.get_field_index("topic"), pa.field("topic", pa.int64())))
+    with pytest.raises(ValueError, match="column body is not in the layout"):
+        rows(SOURCE_SCHEMA.remove(SOURCE_SCHEMA.get_field_index("body")))
