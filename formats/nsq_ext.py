@@ -60,9 +60,11 @@ MAX_POSSIBLE_MSG_SIZE = 1 << 28  # the reader's upper bound for a length prefix
 MAX_ATTEMPTS = 4000
 EXT_FLAG = 0xA000
 NO_EXT_VER, TAG_EXT_VER, JSON_HEADER_EXT_VER = 0, 2, 4
-#: Bytes decoded per step; bounds memory whatever the backlog. 4 MiB decoded faster than 8
-#: (a chunk and its columns stay in cache; `benchmarks/bench_decode.py`, issue 18's note).
-CHUNK_BYTES = 4 << 20
+#: Bytes decoded per step; bounds memory whatever the backlog. A chunk and the columns made of
+#: it should stay in cache while the previous chunk's columns are still held (as a Spark task
+#: holds them): native passes of the suite's 1M set took 0.39-0.45 s with 2 MiB chunks and
+#: 0.45-0.51 s with 4 MiB, alternated four times; 1 MiB and less paid more in per-chunk steps.
+CHUNK_BYTES = 2 << 20
 
 _LEN = struct.Struct(">i")
 
