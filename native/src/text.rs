@@ -111,18 +111,23 @@ pub fn simple_string(s: &[u8]) -> Option<usize> {
 /// Calls `each(i)` for every `i` where `s[i]` is 0x01 or 0x02 (the property separators), in
 /// order: 16 bytes per step on x86_64 (SSE2 is part of the architecture), a byte at a time
 /// for the tail and elsewhere. Property strings hold a dozen separators in ~150 bytes, where
-/// one memchr call per separator costs more than the scan.
+/// one memchr call per separator costs more than the scan. Returns whether every byte of `s`
+/// is ASCII, seen on the way (so a property string is checked as UTF-8 only when it is not).
 #[inline]
-pub fn separators(s: &[u8], mut each: impl FnMut(usize)) {
+pub fn separators(s: &[u8], mut each: impl FnMut(usize)) -> bool {
     let mut i = 0;
+    let mut high = 0u8;
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::{_mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8};
+        use std::arch::x86_64::{_mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8,
+                                _mm_setzero_si128};
         // SAFETY: SSE2 is always there on x86_64; each load reads 16 bytes inside `s`.
         unsafe {
             let (one, two) = (_mm_set1_epi8(1), _mm_set1_epi8(2));
+            let mut seen = _mm_setzero_si128();
             while i + 16 <= s.len() {
                 let v = _mm_loadu_si128(s.as_ptr().add(i) as *const _);
+                seen = _mm_or_si128(seen, v);
                 let mut mask = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, one), _mm_cmpeq_epi8(v, two))) as u32;
                 while mask != 0 {
                     each(i + mask.trailing_zeros() as usize);
@@ -130,13 +135,18 @@ pub fn separators(s: &[u8], mut each: impl FnMut(usize)) {
                 }
                 i += 16;
             }
+            if _mm_movemask_epi8(seen) != 0 {
+                high = 0x80;
+            }
         }
     }
     for (k, &b) in s[i..].iter().enumerate() {
+        high |= b;
         if b == 1 || b == 2 {
             each(i + k);
         }
     }
+    high & 0x80 == 0
 }
 
 #[cfg(test)]
@@ -194,8 +204,13 @@ mod tests {
     fn separators_are_found_in_order() {
         let s: Vec<u8> = (0..100u8).map(|i| if i % 7 == 3 { 1 + i % 2 } else { b'a' + i % 26 }).collect();
         let mut got = Vec::new();
-        separators(&s, |i| got.push(i));
+        assert!(separators(&s, |i| got.push(i)));
         assert_eq!(got, (0..100).filter(|i| i % 7 == 3).collect::<Vec<_>>());
+        for at in [0usize, 15, 16, 40, 99] {
+            let mut high = s.clone();
+            high[at] = 0xC3;
+            assert!(!separators(&high, |_| {}), "a byte of 0x80 or above at {at}");
+        }
     }
 
     #[test]

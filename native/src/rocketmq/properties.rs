@@ -26,8 +26,9 @@ pub fn parse(text: &[u8]) -> (Vec<Entry<'_>>, Option<&[u8]>) {
 /// Calls `each(name, value)` for every piece the broker's parser keeps, in order: split on
 /// 0x02, each piece at its first 0x01; a piece with no 0x01, an empty name or value, or the
 /// `__CRC32#` trailer is dropped. A name may come more than once ([`Kept`] keeps its last value).
+/// Returns whether `text` is all ASCII.
 #[inline(always)]
-pub fn pieces<'a>(text: &'a [u8], mut each: impl FnMut(&'a [u8], &'a [u8])) {
+pub fn pieces<'a>(text: &'a [u8], mut each: impl FnMut(&'a [u8], &'a [u8])) -> bool {
     // One scan finds both separators: a piece ends at 0x02 and splits at its first 0x01.
     let (mut from, mut sep) = (0usize, None);
     let mut piece = |from: usize, sep: Option<usize>, to: usize| {
@@ -39,7 +40,7 @@ pub fn pieces<'a>(text: &'a [u8], mut each: impl FnMut(&'a [u8], &'a [u8])) {
             each(name, value);
         }
     };
-    separators(text, |i| {
+    let ascii = separators(text, |i| {
         if text[i] == 0x02 {
             piece(from, sep, i);
             (from, sep) = (i + 1, None);
@@ -48,6 +49,7 @@ pub fn pieces<'a>(text: &'a [u8], mut each: impl FnMut(&'a [u8], &'a [u8])) {
         }
     });
     piece(from, sep, text.len());
+    ascii
 }
 
 /// One message's kept properties, their names coded: each name once, at the place of its
@@ -66,9 +68,10 @@ pub struct Kept<'a> {
 
 impl<'a> Kept<'a> {
     /// The properties of the next message, from `text`; names get their codes from `names`,
-    /// and `new(name)` is called for each name that gets a code here.
+    /// and `new(name)` is called for each name that gets a code here. Returns whether `text`
+    /// is all ASCII (else the caller checks it is UTF-8).
     #[inline(always)]
-    pub fn parse(&mut self, text: &'a [u8], names: &mut NameCodes<'a>, mut new: impl FnMut(&'a [u8])) {
+    pub fn parse(&mut self, text: &'a [u8], names: &mut NameCodes<'a>, mut new: impl FnMut(&'a [u8])) -> bool {
         let Kept { entries, first_uniq, stamp, message, uniq_code } = self;
         entries.clear();
         *first_uniq = None;
@@ -94,7 +97,7 @@ impl<'a> Kept<'a> {
             }
             *last = message;
             entries.push((code, name, value));
-        });
+        })
     }
 }
 

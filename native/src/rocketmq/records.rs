@@ -19,6 +19,8 @@ use crate::text::{same, utf8};
 const MS_MIN: i64 = -62_135_596_800_000;
 const MS_MAX: i64 = 253_402_300_799_999;
 
+const NOT_UTF8_PROPERTIES: &str = "PROPERTIES are not valid UTF-8";
+
 /// Where the fields of one record sit.
 struct Record {
     p: usize,
@@ -78,8 +80,12 @@ impl Record {
         if !utf8(&buf[self.topic.0..self.topic.1]) {
             return Err("TOPIC is not valid UTF-8".into());
         }
-        if messages.slice().iter().any(|m| !utf8(&buf[m.props.0 as usize..m.props.1 as usize])) {
-            return Err("PROPERTIES are not valid UTF-8".into());
+        // A record's own property string is checked as it is parsed (`Decoder::record`); an
+        // inner batch's are all checked before any of its rows is made.
+        if let Minis::Batch(minis) = &messages {
+            if minis.iter().any(|m| !utf8(&buf[m.props.0 as usize..m.props.1 as usize])) {
+                return Err(NOT_UTF8_PROPERTIES.into());
+            }
         }
         Ok(messages)
     }
@@ -218,9 +224,10 @@ impl Messages {
         self.derived = Derived::new(n);
     }
 
+    /// A row of message `mini` of record `r` (the `index`-th of the record), its properties
+    /// parsed into `kept`.
     #[allow(clippy::too_many_arguments)]
-    fn push<'a>(&mut self, buf: &'a [u8], i: usize, r: &Record, index: i64, mini: &Mini, names: &mut NameCodes<'a>,
-                kept: &mut Kept<'a>, rules: &Rules) {
+    fn push(&mut self, buf: &[u8], i: usize, r: &Record, index: i64, mini: &Mini, kept: &Kept<'_>, rules: &Rules) {
         let p = r.p;
         self.outer.push(i as i64);
         self.pos.push(mini.pos);
@@ -241,14 +248,11 @@ impl Messages {
         self.store_host.push(&buf[r.store_at..r.recon_at]);
         message_id(&buf[r.store_at..r.recon_at], &buf[p + 28..p + 36], &mut self.message_id.data);
         self.message_id.offsets.push(self.message_id.data.len() as i32);
-        self.add_properties(&buf[mini.props.0 as usize..mini.props.1 as usize], names, kept, rules);
+        self.add_properties(kept);
         self.derived.push(rules, &kept.entries, r.sysflag, be_i64(buf, p + 40), &buf[r.topic.0..r.topic.1]);
     }
 
-    fn add_properties<'a>(&mut self, text: &'a [u8], names: &mut NameCodes<'a>, kept: &mut Kept<'a>,
-                          rules: &Rules) {
-        let derived = &mut self.derived;
-        kept.parse(text, names, |name| derived.name(rules, name));
+    fn add_properties(&mut self, kept: &Kept<'_>) {
         let pr = &mut self.props;
         for &(_, k, v) in &kept.entries {
             pr.keys.push(k);
@@ -282,11 +286,21 @@ impl<'a> Decoder<'a> {
     /// Record `i` of the chunk, at `p` with TOTALSIZE `size`, already checked by the framing walk.
     pub fn record(&mut self, i: usize, p: i64, size: i64) {
         let r = Record::at(self.buf, p, size);
-        match r.check(self.buf, self.verify_crc) {
-            Err(why) => self.out.reasons.push((i, why)),
+        let Decoder { buf, verify_crc, rules, out, names, kept } = self;
+        let (buf, rules) = (*buf, *rules);
+        match r.check(buf, *verify_crc) {
+            Err(why) => out.reasons.push((i, why)),
             Ok(messages) => {
+                let one = matches!(messages, Minis::One(_));
                 for (index, mini) in messages.slice().iter().enumerate() {
-                    self.out.push(self.buf, i, &r, index as i64, mini, &mut self.names, &mut self.kept, self.rules);
+                    let text = &buf[mini.props.0 as usize..mini.props.1 as usize];
+                    let derived = &mut out.derived;
+                    let ascii = kept.parse(text, names, |name| derived.name(rules, name));
+                    if one && !ascii && !utf8(text) {
+                        out.reasons.push((i, NOT_UTF8_PROPERTIES.into()));
+                        break;
+                    }
+                    out.push(buf, i, &r, index as i64, mini, kept, rules);
                 }
             }
         }
