@@ -104,11 +104,18 @@ def layout(core: ModuleType, schema: pa.Schema):
     return _layouts[key][1]
 
 
+#: pyarrow's import of an ArrowArray with a schema object it already has (a private method,
+#: there since pyarrow 0.17); without it, the PyCapsule protocol, which carries the schema too.
+_IMPORT_WITH_SCHEMA = getattr(pa.RecordBatch, "_import_from_c", None)
+
+
 def arrow_as(batch, schema: pa.Schema) -> pa.RecordBatch:
     """A batch a native step arranged by ``layout(core, schema)``, imported with ``schema``:
     only the array crosses the C Data Interface (a schema of some forty fields costs more to
     export and import than the array), and no column is reordered, added or cast."""
-    return pa.RecordBatch._import_from_c(batch.array_address(), schema)
+    if _IMPORT_WITH_SCHEMA is None:
+        return pa.record_batch(batch)  # the same fields: the layout's are the schema's
+    return _IMPORT_WITH_SCHEMA(batch.array_address(), schema)
 
 
 def numbers(batch: pa.RecordBatch, column: str | int) -> np.ndarray:

@@ -413,3 +413,16 @@ def test_a_layout_arranges_a_batch_and_refuses_what_does_not_fit(tmp_path):
         rows(SOURCE_SCHEMA.set(SOURCE_SCHEMA.get_field_index("topic"), pa.field("topic", pa.int64())))
     with pytest.raises(ValueError, match="column body is not in the layout"):
         rows(SOURCE_SCHEMA.remove(SOURCE_SCHEMA.get_field_index("body")))
+
+
+@needs_native
+def test_without_pyarrows_private_import_the_capsule_protocol_gives_the_same_batches(tmp_path, monkeypatch):
+    """``arrow_as`` imports with the schema object through a private pyarrow method; a pyarrow
+    without it gets the same batches through the PyCapsule protocol."""
+    rocketmq_samples.generate(str(tmp_path / "rmq"), 200, bad_inputs=False)
+    nsq_samples.generate(str(tmp_path / "nsq"), 200, bad_inputs=False)
+    cases = [(RocketMqCommitLogCodec, tmp_path / "rmq"), (NsqExtCodec, tmp_path / "nsq")]
+    fast = [decode_root(cls(native=True), str(root)).table for cls, root in cases]
+    monkeypatch.setattr(N, "_IMPORT_WITH_SCHEMA", None)
+    for (cls, root), table in zip(cases, fast):
+        assert decode_root(cls(native=True), str(root)).table.equals(table, check_metadata=True)
