@@ -11,8 +11,8 @@ the core (``nsq_chunk`` / ``rmq_chunk``) is made once per build, the builds in t
 flipped every call), each timed alone; the first build's answer is the one the codec goes on
 with, and every build's answer is held until the next call (as a decode holds the previous
 chunk's columns; before 2026-11-27, stop 42, only the first build's was, which favoured the
-others by 5-10 %). Reported per build: its total time in that call per pass, best and median of ``--repeat``
-passes, and its ratio to the first build. Drift hits every build alike, so the ratio holds when
+others by 5-10 %). Reported per build: its total time in that call per pass, best and median
+of ``--repeat`` passes, and its ratio to the first build. Drift hits every build alike, so the ratio holds when
 the absolute figures do not.
 
 A build to compare against: check the older revision out in a worktree and build its crate as a

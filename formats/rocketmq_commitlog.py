@@ -901,7 +901,7 @@ class RocketMqCommitLogCodec(NativeCodec):
         columns = d.columns
         if self.decompress and compressed.any():
             if columns is None:
-                columns = dict(zip(d.batch.schema.names, d.batch.columns))
+                columns = NV.columns(d.batch)
             body, compression = columns["body"], columns["compression"]
             where = np.flatnonzero(compressed)
             plain = []

@@ -145,7 +145,8 @@ type ChunkRows = (i64, Option<i64>, (i32, i32), Constants);
 
 /// NSQ: frame `buf[start:end]` and, when every record is plain (`nsq::chunk`), decode it in
 /// the same pass: (positions, stop, kind, bad length prefix, rows or None). The rows: a source
-/// batch, arranged as `layout` (`rows_at` says where they sit and gives the constant columns). `columns`/`prefixes`: header names that are no user property.
+/// batch, arranged as `layout` (`rows_at` says where they sit and gives the constant columns).
+/// `columns`/`prefixes`: header names that are no user property.
 #[pyfunction]
 #[allow(clippy::type_complexity)]
 fn nsq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64, columns: Vec<String>,
@@ -252,8 +253,8 @@ fn rmq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64
 }
 
 /// The decoded RocketMQ messages as the unified schema's columns, under their names and in
-/// their types (`outer`, the record each row comes from, is taken out before). `base`: the file position of the
-/// chunk, added to SEGMENTPOSITION; `constants`: the columns of one value; `codec_names`: the
+/// their types (`outer`, the record each row comes from, is taken out before). `base`: the
+/// file position of the chunk, added to SEGMENTPOSITION; `constants`: the columns of one value; `codec_names`: the
 /// compression's name for each COMPRESSIONTYPE (SYSFLAG bits 8-10). Every row's record passed
 /// the checks, so both times are within a Spark TIMESTAMP.
 fn messages_batch(m: rocketmq::records::Messages, base: i64, constants: &Constants, codec_names: &[String])
