@@ -118,7 +118,10 @@ class FirstCopies:
         if len(self.pieces) > MAX_PIECES:
             # Rows before this batch's window go too: a later batch that needs them reads the table.
             self.low = max(self.low, start)
-            merged = self._complete().localCheckpoint(eager=True)
+            # In a few partitions: a union keeps every partition of its parts, so a long stream's
+            # merged piece grew by the partitions of every piece merged into it (a task each).
+            parallelism = firsts.sparkSession.sparkContext.defaultParallelism
+            merged = self._complete().coalesce(parallelism).localCheckpoint(eager=True)
             self.pieces = [(max(n for n, _ in self.pieces), merged)]
         else:
             # Kept as rows, not as the plan that made them: a plan with a join would be planned
