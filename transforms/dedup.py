@@ -57,8 +57,10 @@ def retry_keys(batch: DataFrame, key: Column | None = None) -> DataFrame:
             .where(F.col("dedupKey").isNotNull()))
 
 
-def find_retries(keys: DataFrame, earlier: DataFrame, watermark_seconds: int) -> DataFrame:
-    """The retries among ``keys`` (:func:`retry_keys` of a batch): their location and ``retryOf``.
+def decide_retries(keys: DataFrame, earlier: DataFrame, watermark_seconds: int) -> DataFrame:
+    """``keys`` (:func:`retry_keys` of a batch) with ``retryOf``: the location of the first copy
+    for a retry, null for a first copy. One plan gives a caller both the batch's retries and its
+    first copies.
 
     Parameters
     ----------
@@ -82,11 +84,21 @@ def find_retries(keys: DataFrame, earlier: DataFrame, watermark_seconds: int) ->
         first["segmentPosition"] == F.col("segmentPosition")
     )
     within = F.col("storeTimestamp") <= first["ts"] + F.make_interval(secs=F.lit(watermark_seconds))
-    return (
-        keys.join(firsts, on="dedupKey")
-        .where(~is_self & within)
-        .select(*RETRY_LOCATION, F.struct(*[first[c].alias(c) for c in RETRY_LOCATION]).alias("retryOf"))
+    # Every key is among the firsts (its own row is), so the join keeps every row of keys.
+    return keys.join(firsts, on="dedupKey").select(
+        *keys.columns,
+        F.when(~is_self & within, F.struct(*[first[c].alias(c) for c in RETRY_LOCATION])).alias("retryOf"),
     )
+
+
+def find_retries(keys: DataFrame, earlier: DataFrame, watermark_seconds: int) -> DataFrame:
+    """The retries among ``keys``: their location and ``retryOf`` (parameters: :func:`decide_retries`)."""
+    return retries_of(decide_retries(keys, earlier, watermark_seconds))
+
+
+def retries_of(decided: DataFrame) -> DataFrame:
+    """The retries of :func:`decide_retries`'s rows, as :func:`mark_retries` takes them."""
+    return decided.where(F.col("retryOf").isNotNull()).select(*RETRY_LOCATION, "retryOf")
 
 
 def mark_retries(batch: DataFrame, retries: DataFrame, key: Column | None = None) -> DataFrame:

@@ -104,7 +104,11 @@ class FirstCopies:
     def wrote(self, firsts: DataFrame, since: dt.datetime, newest: dt.datetime, before: int | None,
               after: int | None) -> None:
         """Take a batch's first copies in, once its write made the table go from version ``before``
-        to ``after``: the pieces stand for ``after`` only when no other commit came in between."""
+        to ``after``: the pieces stand for ``after`` only when no other commit came in between.
+
+        ``firsts`` must be kept rows (a checkpoint, or a filter over one), not a plan with a join:
+        every later batch that reads the pieces would plan it again (its small side broadcast: a
+        Spark job)."""
         if before is None or before != self.version or after != before + 1:
             self.pieces, self.version = [], None
             return
@@ -123,10 +127,6 @@ class FirstCopies:
             parallelism = firsts.sparkSession.sparkContext.defaultParallelism
             merged = self._complete().coalesce(parallelism).localCheckpoint(eager=True)
             self.pieces = [(max(n for n, _ in self.pieces), merged)]
-        else:
-            # Kept as rows, not as the plan that made them: a plan with a join would be planned
-            # (its small side broadcast: a Spark job) again by every batch that reads the pieces.
-            self.pieces[-1] = (newest, firsts.localCheckpoint(eager=True))
         self.version = after
 
     def save(self, spark: SparkSession) -> bool:

@@ -23,7 +23,7 @@ from msglake.schemas import MESSAGES_TABLE, QUARANTINE_TABLE
 from msglake.schemas.messages import DECODED_SCHEMA, DEDUP, DERIVED
 from msglake.schemas.quarantine import QUARANTINE_DETAIL, QUARANTINE_LOCATION
 from msglake.schemas.spark import to_spark
-from msglake.transforms.dedup import RETRY_LOCATION, dedup_key, find_retries, mark_retries, retry_keys
+from msglake.transforms.dedup import decide_retries, dedup_key, mark_retries, retries_of, retry_keys
 
 
 @dataclass
@@ -71,6 +71,9 @@ class RunCounts:
 #: each), and for one of at most ``ONE_TASK_BATCH`` decides in one task (``DeltaSink._retries``).
 SMALL_BATCH = 200_000
 ONE_TASK_BATCH = 20_000
+#: A batch's retries, when no more than this many, go into its messages write as rows held by
+#: the driver (``DeltaSink.__call__``).
+LOCAL_RETRIES = 10_000
 
 _DERIVED_NULLS = to_spark(pa.schema(DERIVED))
 _DEDUP_NULLS = to_spark(pa.schema(DEDUP))
@@ -249,24 +252,28 @@ class DeltaSink:
         return seen.get, keys
 
     def _retries(self, keys: DataFrame, since, messages: int) -> DataFrame:
-        """The batch's producer retries, kept (a batch holds few): its keys against themselves and
-        the first copies stored within the watermark before the batch's first store time (none
-        when the batch holds no message).
+        """The batch's keys with ``retryOf`` (``transforms.dedup.decide_retries``), kept: its keys
+        against themselves and the first copies stored within the watermark before the batch's
+        first store time (none when the batch holds no message).
 
         A batch of at most ``small_batch`` messages has its keys broadcast to cut the window down
         to the first copies it can repeat: the window holds every first copy of the last
         ``watermark`` seconds, which the general plan shuffles whole on every batch. One of at most
-        ``ONE_TASK_BATCH`` (a streaming trigger's usual load) is then decided in one task, without
-        a shuffle. Measured (``local[2]``, keys / first copies in the window, general plan -> this):
-        600 / 180K 0.46 -> 0.17 s, 600 / 2M 1.9 -> 0.24 s, 20K / 2M 2.1 -> 0.31 s, 200K / 2M
-        2.4 -> 0.64 s; at 200K / 180K, 0.61 vs 0.62 s, while one task there took 0.70 s.
+        ``ONE_TASK_BATCH`` (a streaming trigger's usual load) is then decided in one task: the
+        window's rows and the keys each in one partition (coalesced, no shuffle) and joined by
+        merge, so the only other Spark job is the keys' broadcast. Measured (``local[2]``, keys /
+        first copies in the window, general plan -> this): 600 / 180K 0.46 -> 0.17 s, 600 / 2M
+        1.9 -> 0.24 s, 20K / 2M 2.1 -> 0.31 s, 200K / 2M 2.4 -> 0.64 s; at 200K / 180K, 0.61 vs
+        0.62 s, while one task there took 0.70 s. The one task's coalesced window and merge join
+        instead of a shuffle into one partition and a broadcast join: 350 keys against 180K first
+        copies in 21 pieces, 4 Spark jobs 0.42-0.62 s -> 2 jobs 0.28-0.30 s.
         """
         earlier = self.firsts.earlier(keys.sparkSession, since) if since is not None else keys.limit(0)
         if messages <= self.small_batch:
             earlier = earlier.join(F.broadcast(keys.select("dedupKey")), "dedupKey", "left_semi")
             if messages <= ONE_TASK_BATCH:
-                earlier, keys = earlier.repartition(1), keys.coalesce(1)
-        return find_retries(keys, earlier, self.watermark).localCheckpoint(eager=True)
+                earlier, keys = earlier.coalesce(1), keys.coalesce(1).hint("merge")
+        return decide_retries(keys, earlier, self.watermark).localCheckpoint(eager=True)
 
     def finish(self, spark) -> list[str]:
         """After the query stopped: leave the first copies kept for retry marking to the next run
@@ -319,7 +326,15 @@ class DeltaSink:
             row, keys = self._count(df), None
         self._fill(counts, row)
         self._check_failures(df, batch_id, counts)
-        retries = self._retries(keys, row["since"], counts.messages) if keys is not None else None
+        decided = retries = None
+        if keys is not None:
+            decided = self._retries(keys, row["since"], counts.messages)
+            retries = retries_of(decided)
+            found = retries.limit(LOCAL_RETRIES + 1).collect()
+            if len(found) <= LOCAL_RETRIES:
+                # Rows the plan holds: no Spark job to broadcast them, and none are usual (then
+                # the optimizer drops the join).
+                retries = keys.sparkSession.createDataFrame(found, retries.schema)
         messages, quarantine = self.plan.split(df, batch_id, retries, self._reader_for(counts))
         if counts.messages:
             from pyspark.sql import Observation
@@ -335,8 +350,8 @@ class DeltaSink:
                     counts.messages = written
                     counts.quarantined = max(counts.quarantined, 1)
                     before = None  # nor are its keys what the table holds
-                if retries is not None:
-                    firsts = keys.join(retries.select(*RETRY_LOCATION), list(RETRY_LOCATION), "left_anti")
+                if decided is not None:
+                    firsts = decided.where(F.col("retryOf").isNull()).select(*keys.columns)
                     self.firsts.wrote(firsts, row["since"], row["newest"], before, log_version(path))
         if counts.quarantined:
             self._append(quarantine, QUARANTINE_TABLE.name, batch_id)
