@@ -60,13 +60,13 @@ def test_the_history_search_stops_at_commits_older_than_the_batch(spark, tmp_pat
         offsets.write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":%d,"conf":{}}\n{}\n' % (seconds * 1000))
 
     planned_at(time.time())
-    assert OnceWriter("app", str(checkpoint)).last_committed(spark, path, 6) == 5
+    assert OnceWriter("app", str(checkpoint)).last_committed(path, 6) == 5
     # The file's own time does not count (a copied checkpoint has new ones): the time inside does.
     os.utime(offsets, (time.time() + 3600,) * 2)
-    assert OnceWriter("app", str(checkpoint)).last_committed(spark, path, 6) == 5
+    assert OnceWriter("app", str(checkpoint)).last_committed(path, 6) == 5
     # Batch 6 planned long after every commit: none of them can be its own.
     planned_at(time.time() + 3600)
-    assert OnceWriter("app", str(checkpoint)).last_committed(spark, path, 6) == -1
+    assert OnceWriter("app", str(checkpoint)).last_committed(path, 6) == -1
 
 
 def _message(key, second, position):
