@@ -137,6 +137,20 @@ class Stream:
             self.writers[suffix] = OnceWriter(self.app_id + suffix, self.checkpoint)
         return self.writers[suffix]
 
+    def write_counted(self, suffix: str, rows: DataFrame, path: str, batch_id: int, counted: Column | None = None,
+                      mode: str = "append", **options: str) -> int:
+        """Write ``rows`` as :meth:`writer` ``suffix``'s batch ``batch_id``, and return how many of them
+        ``counted`` holds (all: None), counted as they were written: a count of its own was one
+        more Spark job over the batch's plan. A batch written before a crash is counted apart."""
+        from pyspark.sql import Observation
+
+        counted = F.lit(True) if counted is None else counted
+        seen = Observation(f"msglake-semantics{suffix}-{batch_id}")
+        if self.writer(suffix).write(rows.observe(seen, F.count_if(counted).alias("n")), path, batch_id, mode,
+                                     **options):
+            return seen.get["n"]
+        return rows.where(counted).count()
+
     def table(self, name: str) -> DataFrame | None:
         path = self.settings.lake.table_path(name)
         if os.path.isdir(os.path.join(path, "_delta_log")):
@@ -328,13 +342,12 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
             .withColumn("stateReason", F.lit(None).cast("string")).withColumn("stateTime", store)
             .withColumn("consumedAt", F.lit(None).cast("timestamp"))
             .withColumn("deadLetterTopic", F.lit(None).cast("string")))
-    logged, dead = logged.persist(), dead.persist()
     # A write task per core: the rows are a union of many small parts (one task each, 40 for 9K
     # events), and each task writes a file per topic it holds.
     tasks = spark.sparkContext.defaultParallelism
-    for spec, rows in ((MESSAGE_EVENTS_TABLE, logged), (DEAD_LETTERS_TABLE, dead)):
-        s.writer().write(rows.select(*spec.schema.names).coalesce(tasks), s.tables[spec.name], batch_id)
-    n_events, n_dead = logged.count(), dead.count()  # from the cache, before the writes below drop it
+    n_events, n_dead = (s.write_counted("", rows.select(*spec.schema.names).coalesce(tasks), s.tables[spec.name],
+                                        batch_id)
+                        for spec, rows in ((MESSAGE_EVENTS_TABLE, logged), (DEAD_LETTERS_TABLE, dead)))
 
     live = result.fated.where(F.col("state").isin("scheduled", "ready")).select(*ROW, "dueAt")
     later = new.where(store > t).withColumn("dueAt", store)
@@ -348,8 +361,7 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     # whose plan reads no table, and the caches are let go before them.
     keep = keep.withColumn("kind", F.lit(COPY)).withColumn("_dormant", dormant(policies)).localCheckpoint(
         eager=False)
-    kept = keep.where(~F.col("_dormant")).count()  # the dormant ones are counted at the run's end
-    for df in (new, logged, dead, marked, flagged):
+    for df in (new, marked, flagged):
         if df is not None:
             df.unpersist()
     # First the dormant copies (with an end for the woken ones' earlier rows), then the pending
@@ -365,7 +377,9 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
                                  "kind string, topic string, storeTimestamp timestamp")
     state = (keep.where(~F.col("_dormant")).drop("_dormant").unionByName(meta, allowMissingColumns=True)
              .orderBy(F.col("dueAt").asc_nulls_last()))
-    s.writer("-pending").write(state, s.pending_path, batch_id, "overwrite", overwriteSchema="true")
+    # the dormant copies are counted at the run's end
+    kept = s.write_counted("-pending", state, s.pending_path, batch_id, F.col("kind") == COPY, "overwrite",
+                           overwriteSchema="true")
 
     s.summary.batches += 1
     s.summary.events += n_events

@@ -258,6 +258,8 @@ def _stream_equals_replay(spark, lake, scenarios, cuts, lateness_ms) -> set:
     assert copies(dead, w_us) == copies(replay.dead_letters, w_us)
     # what the batches report is what they wrote
     assert (stream.summary.events, stream.summary.dead_letters) == (log.count(), dead.count())
+    pending = spark.read.format("delta").load(stream.pending_path).where("kind = 'copy'")
+    assert stream.summary.pending == pending.count()  # the last batch's, not yet the dormant ones
     return {(e[3], e[7]) for e in want}
 
 
