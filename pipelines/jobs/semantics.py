@@ -284,7 +284,7 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     offsets = s.table("consumer_offsets")
 
     fresh = new.where(store <= t)
-    marked = flagged = woken = None
+    woken = None
     # A RocketMQ chain's records are evaluated together: all of it once one of its records is.
     chain = in_chain()
     if copies is None:
@@ -311,9 +311,8 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
         for df, keys, flag in touched:
             flagged = flagged.join(F.broadcast(df), keys, "left")
             reasons.append(F.coalesce(F.col(flag), F.lit(False)))
-        flagged = marked = flagged.withColumn("_due", (store <= t) & F.coalesce(reduce(operator.or_, reasons),
-                                                                                F.lit(False))).localCheckpoint(
-            eager=False)
+        due_now = (store <= t) & F.coalesce(reduce(operator.or_, reasons), F.lit(False))
+        flagged = flagged.withColumn("_due", due_now).localCheckpoint(eager=False)
         chained = (flagged.where(chain).select("uniqueId").unionByName(fresh.where(chain).select("uniqueId"))
                    .join(flagged.where("_due").select("uniqueId").unionByName(fresh.select("uniqueId")),
                          "uniqueId", "left_semi").distinct().withColumn("_chain", F.lit(True)))
@@ -363,12 +362,9 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     # its cache (SaveIntoDataSourceCommand's recache): ten Delta file listings (~2 s) after the
     # pending set's overwrite, and a later use would read the new version (the events counted
     # after it came out 2,000 too high). So what the two writes below read is a checkpoint,
-    # whose plan reads no table, and the caches are let go before them.
+    # whose plan reads no table, as is every frame the batch keeps (none is cached).
     keep = keep.withColumn("kind", F.lit(COPY)).withColumn("_dormant", dormant(policies)).localCheckpoint(
         eager=False)
-    for df in (new, marked, flagged):
-        if df is not None:
-            df.unpersist()
     # First the dormant copies (with an end for the woken ones' earlier rows), then the pending
     # set: a batch run again after a crash between the two reads only the dormant rows of
     # earlier batches, so it sees what the first run saw.
