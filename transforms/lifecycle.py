@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from functools import reduce
 
 import numpy as np
 import pyarrow as pa
@@ -439,6 +440,41 @@ def _fate(rank: str, time: Column, reason: str | Column) -> Column:
                                              reason.alias("reason")))
 
 
+def _coupled_departures(rows: DataFrame, policies: Policies, other: Column) -> DataFrame:
+    """``expireAt`` and ``maxlenAt`` of copies in coupled topics (all of a partition's copies at once).
+
+    Per-message expiry at the head only (semantics.md §4) takes effect once every older message
+    has left. With a = the copy's ``other`` departure and b = its own expiry, the departure is
+    min(a, max(b, H)) with H the latest departure of the older ones; H reduces to the running
+    maximum of min(a, b) over the older copies (so a window, not a sequential scan). The copies
+    of topics with a length limit go through the overflow simulation (:func:`_maxlen`). Each
+    topic's copies take only the steps its policy needs: each step reads all the copies of a
+    partition, so a step a topic does not need would shuffle its copies for nothing.
+    """
+    head_only = policy_value(policies, "expiryAtHeadOnly", False)
+    limited = policy_value(policies, "maxLength").isNotNull() | policy_value(policies, "maxLengthBytes").isNotNull()
+    parts = []
+    for head, limit in ((False, True), (True, False), (True, True)):
+        if not any(bool(p.get("expiryAtHeadOnly")) == head
+                   and (p.get("maxLength") is not None or p.get("maxLengthBytes") is not None) == limit
+                   for p in policies.values()):
+            continue
+        part = rows.where((head_only if head else ~head_only) & (limited if limit else ~limited))
+        own = F.col("ownExpireAt")
+        if head:
+            order = Window.partitionBy("topic", "partition").orderBy("storeTimestamp", "queueOffset", "rowId")
+            first = F.max(_micros(F.least(other, own))).over(order.rowsBetween(Window.unboundedPreceding, -1))
+            own = (F.when(own.isNull() | first.isNull(), own).when(first == int(NEVER), F.lit(None))
+                   .otherwise(F.greatest(own, F.timestamp_micros(first))))
+        part = part.withColumn("expireAt", F.least("ttlAt", own))
+        if limit:
+            part = _maxlen(part, policies, F.least(other, F.col("expireAt")))
+        else:
+            part = part.withColumn("maxlenAt", F.lit(None).cast("timestamp"))
+        parts.append(part)
+    return reduce(lambda a, b: a.unionByName(b), parts)
+
+
 def fates(rows: DataFrame, policies: Policies, as_of, events: DataFrame | None, topics: DataFrame,
           max_hops: int) -> DataFrame:
     """Each copy's fate, state at ``as_of`` and, for a death routed on, its copy's new history.
@@ -449,7 +485,6 @@ def fates(rows: DataFrame, policies: Policies, as_of, events: DataFrame | None, 
     tell (its release, or its fate): null when only new input (a consumer, an arrival) can.
     """
     t = _t(as_of)
-    rows = consumer_verdicts(rows, events)
     store = F.col("storeTimestamp")
     ttl = policy_value(policies, "messageTtlMs")
     max_deliveries = policy_value(policies, "maxDeliveries")
@@ -459,25 +494,25 @@ def fates(rows: DataFrame, policies: Policies, as_of, events: DataFrame | None, 
         F.size("requeues") >= nth_requeue, F.element_at("requeues", nth_requeue.cast("int")))
     consumed_at = F.least("ackedAt", "offsetConsumedAt")
     ttl_at = F.when(ttl.isNotNull(), plus_ms(store, ttl))
-    rows = rows.select("*", consumed_at.alias("consumedAt"), limit_at.alias("limitAt"), ttl_at.alias("ttlAt"))
-
-    # Per-message expiry at the head only (semantics.md §4): it takes effect once every older
-    # message has left. With a = the copy's other departure and b = its own expiry, the departure
-    # is min(a, max(b, H)) with H the latest departure of the older ones; H reduces to the running
-    # maximum of min(a, b) over the older copies (so a window, not a sequential scan).
     other = F.least("consumedAt", "rejectedAt", "limitAt", "nextStore", "ttlAt")
-    order = Window.partitionBy("topic", "partition").orderBy("storeTimestamp", "queueOffset", "rowId")
-    own = F.col("ownExpireAt")
-    if any(p.get("expiryAtHeadOnly") for p in policies.values()):
-        older = order.rowsBetween(Window.unboundedPreceding, -1)
-        head = F.max(_micros(F.least(other, own))).over(older)
-        own = (
-            F.when(~policy_value(policies, "expiryAtHeadOnly", False) | own.isNull() | head.isNull(), own)
-            .when(head == int(NEVER), F.lit(None))
-            .otherwise(F.greatest(own, F.timestamp_micros(head)))
-        )
-    rows = rows.withColumn("expireAt", F.least("ttlAt", own))
-    rows = _maxlen(rows, policies, F.least(other, F.col("expireAt")))
+
+    def departures(part: DataFrame) -> DataFrame:
+        part = consumer_verdicts(part, events)
+        return part.select("*", consumed_at.alias("consumedAt"), limit_at.alias("limitAt"), ttl_at.alias("ttlAt"))
+
+    def own_departures(part: DataFrame) -> DataFrame:
+        return departures(part).select("*", F.least("ttlAt", "ownExpireAt").alias("expireAt"),
+                                       F.lit(None).cast("timestamp").alias("maxlenAt"))
+
+    # Only the copies of coupled topics (overflow limits, expiry at the head only) need the others
+    # of their partition: the window and the overflow simulation shuffle those alone, and every
+    # other copy's fate is its own row's (the replay's first round over 1M messages with three
+    # coupled topics of seven: 14.4-18.8 s -> 9.5-16.2 s).
+    if any_coupled(policies):
+        rows = own_departures(rows.where(~coupled(policies))).unionByName(
+            _coupled_departures(departures(rows.where(coupled(policies))), policies, other))
+    else:
+        rows = own_departures(rows)
 
     next_dlq = F.col("nextTopic").startswith(DLQ_PREFIX)
     fate = F.least(
@@ -588,6 +623,12 @@ def coupled(policies: Policies) -> Column:
     (overflow limits, per-message expiry at the head only)."""
     return (policy_value(policies, "maxLength").isNotNull() | policy_value(policies, "maxLengthBytes").isNotNull()
             | policy_value(policies, "expiryAtHeadOnly", False))
+
+
+def any_coupled(policies: Policies) -> bool:
+    """Whether any policy couples its topic's copies (:func:`coupled`)."""
+    return any(pol.get("maxLength") is not None or pol.get("maxLengthBytes") is not None
+               or bool(pol.get("expiryAtHeadOnly")) for pol in policies.values())
 
 
 def is_coupled_topic(policies: Policies, topic: str) -> bool:
