@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from msglake.conf import DEFAULT_SETTINGS
 from msglake.errors import ConfigError
@@ -38,8 +38,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+def _lake_folder(v: str) -> str:
+    if "`" in v:
+        # Delta's own table builder names a table by its path inside backticks without escaping them.
+        raise ValueError("a backtick (`) in the lake's folder is not supported: Delta Lake cannot create a table "
+                         "under it; choose a folder without one")
+    return v
+
+
 class LakeSettings(_Strict):
-    root: str = "lake"
+    root: Annotated[str, AfterValidator(_lake_folder)] = "lake"
 
     def table_path(self, name: str) -> str:
         return str(Path(self.root, name).resolve())

@@ -24,13 +24,32 @@ def ensure_table(spark, settings: Settings, spec: TableSpec) -> str:
     return path
 
 
+def delta_path(path: str) -> str:
+    """The Delta table at ``path`` as SQL names it, ``delta.`<path>```: a lake folder may hold any
+    character, and a backtick inside a quoted name is written twice.
+
+    >>> delta_path("/data/o'lake/`x`/messages")
+    "delta.`/data/o'lake/``x``/messages`"
+    """
+    return "delta.`" + path.replace("`", "``") + "`"
+
+
+def sql_string(text: str) -> str:
+    r"""``text`` as a SQL string literal (Spark's, where a backslash escapes the next character).
+
+    >>> print(sql_string(r"/data/o'lake\x"))
+    '/data/o\'lake\\x'
+    """
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def _add_new_columns(spark, spec: TableSpec, path: str) -> None:
     """Add the columns a newer msglake defines to a table an older one created (all nullable)."""
     have = set(spark.read.format("delta").load(path).columns)
     missing = [f for f in to_spark(spec.schema).fields if f.name not in have]
     if missing:
         columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
-        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
+        spark.sql(f"ALTER TABLE {delta_path(path)} ADD COLUMNS ({columns})")
 
 
 def _register(spark, name: str, path: str) -> None:
@@ -44,7 +63,7 @@ def _register(spark, name: str, path: str) -> None:
             return
         # Another lake's table of the same name: external, so dropping removes only the name.
         spark.sql(f"DROP TABLE `{name}`")
-    spark.sql(f"CREATE TABLE `{name}` USING DELTA LOCATION '{path}'")
+    spark.sql(f"CREATE TABLE `{name}` USING DELTA LOCATION {sql_string(path)}")
 
 
 def register_tables(spark, settings: Settings) -> list[str]:

@@ -12,6 +12,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from msglake.errors import ConfigError
+from msglake.pipelines.io.catalog import delta_path
 from msglake.schemas import LAKE_TABLES
 from msglake.pipelines.settings import Settings
 
@@ -61,7 +62,7 @@ def optimize(spark, settings: Settings, tables: list[str] | None = None) -> list
     done = []
     for name, path in _existing(spark, settings, tables):
         zorder = ZORDER.get(name)
-        sql = f"OPTIMIZE delta.`{path}`" + (f" ZORDER BY ({', '.join(zorder)})" if zorder else "")
+        sql = f"OPTIMIZE {delta_path(path)}" + (f" ZORDER BY ({', '.join(zorder)})" if zorder else "")
         key = "spark.databricks.delta.optimize.maxFileSize"
         before = spark.conf.get(key, None)
         if zorder:
@@ -102,9 +103,9 @@ def vacuum(spark, settings: Settings, retain_hours: int, force: bool = False,
     done = []
     try:
         for name, path in _existing(spark, settings, tables):
-            doomed = spark.sql(f"VACUUM delta.`{path}` RETAIN {retain_hours} HOURS DRY RUN").count()
+            doomed = spark.sql(f"VACUUM {delta_path(path)} RETAIN {retain_hours} HOURS DRY RUN").count()
             if not dry_run and doomed:
-                spark.sql(f"VACUUM delta.`{path}` RETAIN {retain_hours} HOURS").collect()
+                spark.sql(f"VACUUM {delta_path(path)} RETAIN {retain_hours} HOURS").collect()
             verb = "would delete" if dry_run else "deleted"
             done.append(Done(name, "vacuum", f"{verb} {doomed} unreferenced file(s) older than {retain_hours} h"))
     finally:
@@ -127,9 +128,9 @@ def retention(spark, settings: Settings, days: float, now: dt.datetime, tables: 
         if column is None:
             continue
         cond = f"`{column}` < TIMESTAMP '{stamp}'"
-        old = spark.sql(f"SELECT count(*) AS n FROM delta.`{path}` WHERE {cond}").first()["n"]
+        old = spark.sql(f"SELECT count(*) AS n FROM {delta_path(path)} WHERE {cond}").first()["n"]
         if old and not dry_run:
-            spark.sql(f"DELETE FROM delta.`{path}` WHERE {cond}")
+            spark.sql(f"DELETE FROM {delta_path(path)} WHERE {cond}")
         verb = "would delete" if dry_run else "deleted"
         done.append(Done(name, "retention", f"{verb} {old:,} row(s) with {column} before {stamp}"))
     return done

@@ -19,6 +19,7 @@ def test_committed_default_loads():
     [
         ({"lake": {"rooot": "x"}}, "lake.rooot: unknown key"),
         ({"lake": {"root": 5}}, "lake.root: Input should be a valid string (got 5)"),
+        ({"lake": {"root": "/data/my`lake"}}, "lake.root: a backtick (`) in the lake's folder is not supported"),
         ({"spark": {"conf": {"a": [1]}}}, "spark.conf.a"),
         ({"ingest": {"maxBytesPerTrigger": -1}}, "ingest.maxBytesPerTrigger: Input should be greater than 0"),
         ({"ingest": {"splitBytes": "16"}}, "ingest.splitBytes: Input should be a valid integer"),
