@@ -615,8 +615,12 @@ def dead_letter_copies(fated: DataFrame, base: DataFrame, policies: Policies) ->
 
 
 def version() -> Column:
-    """What a copy's fate depends on besides its topic's other copies: changes make it a new version."""
-    return F.xxhash64("rowId", "hop", "parentRowId", "storeTimestamp", F.to_json("deathHistory"), "firstDeathQueue",
+    """What a copy's fate depends on besides its topic's other copies: changes make it a new version.
+
+    The history is hashed as it is (xxhash64 takes arrays and structs), not as JSON text: writing
+    the JSON cost more than the rest of a round's copies (442K dead-letter copies: 0.8-1.1 s ->
+    0.3-0.45 s)."""
+    return F.xxhash64("rowId", "hop", "parentRowId", "storeTimestamp", "deathHistory", "firstDeathQueue",
                       "firstDeathReason", "firstDeathExchange")
 
 
