@@ -52,7 +52,9 @@ from msglake.schemas import MESSAGES_TABLE
 from msglake.schemas.semantics import CONSUMER_EVENTS_TABLE, DEAD_LETTERS_TABLE, MESSAGE_EVENTS_TABLE
 from msglake.transforms.lifecycle import (
     DEFAULT_MAX_HOPS,
+    DLQ_PREFIX,
     ORIGIN_ID,
+    RETRY_PREFIX,
     ROW,
     conform,
     conform_events,
@@ -168,10 +170,11 @@ def _ts(micros: int | None):
 ORIGIN_LOOKUP_IDS = 10_000
 
 
-def _origins(s: Stream, batch: DataFrame) -> DataFrame | None:
+def _origins(s: Stream, batch: DataFrame, topics) -> DataFrame | None:
     """Where the origins of the batch's RocketMQ retry records may be: an earlier batch too, so
-    the table (only the rows with those ids, where few), or None when no record names one."""
-    if "properties" not in batch.columns:
+    the table (only the rows with those ids, where few), or None when no record names one.
+    ``topics``: the batch's topics (no Spark job when none is a retry or DLQ topic)."""
+    if "properties" not in batch.columns or not any(t.startswith((RETRY_PREFIX, DLQ_PREFIX)) for t in topics):
         return None
     origin = F.col("properties")[ORIGIN_ID]
     ids = [r[0] for r in batch.where(is_lineage_topic(F.col("topic")) & origin.isNotNull()).select(origin)
@@ -273,7 +276,7 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     # frame keeps its whole plan, which Spark analyses again (and matches with its cache) for
     # every frame built on it, and plans again in every job that reads it; a checkpoint's plan is
     # one leaf. (bench_semantics_batch.py's third round: 68 -> 53 Spark jobs, 9.6 -> 7.8 s.)
-    new = stored_copies(batch, policies, origins=_origins(s, batch)).select(
+    new = stored_copies(batch, policies, origins=_origins(s, batch, arrivals)).select(
         *[c for c in ROW if c not in ("nextRowId", "nextTopic", "nextStore", "offsetConsumedAt")])
     new = new.select("*", *[F.lit(None).cast(k).alias(c) for c, k in (
         ("offsetConsumedAt", "timestamp"), ("nextRowId", "string"), ("nextTopic", "string"),
