@@ -75,3 +75,27 @@ def test_members_of_a_batch_send_are_not_each_others_retries(spark):
     expected = spark.createDataFrame([(0, None), (10, None), (20, None), (30, 10)],
                                      "segmentPosition bigint, retryOf bigint")
     assert_df_equality(out, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_deciding_among_the_repeat_candidates_only_marks_the_same_rows(spark):
+    # The ingest sink decides a large batch's retries among the keys repeat_candidates names (by
+    # a 64-bit hash, so possibly more than repeat): the same rows as over every key.
+    from msglake.transforms.dedup import decide_retries, repeat_candidates, retry_keys
+
+    earlier_rows = rows(spark, [("t", 0, "old", 4, at(0), None, "7", "h:1", b"a", 0, False),
+                                ("t", 0, "old", 8, at(1), None, "8", "h:1", b"a", 0, False)])
+    earlier = retry_keys(earlier_rows)
+    keys = retry_keys(rows(spark, [
+        ("t", 0, "new", 0, at(30), None, "7", "h:1", b"a", 0, False),    # retry of old@4
+        ("t", 1, "new", 0, at(31), None, "9", "h:1", b"a", 0, False),    # first copy ...
+        ("t", 1, "new", 40, at(32), None, "9", "h:1", b"a", 0, False),   # ... and its retry
+        ("t", 0, "new", 90, at(900), None, "8", "h:1", b"a", 0, False),  # past old@8's watermark
+        ("t", 0, "new", 120, at(33), "U1", None, None, b"x", 0, False),  # once only
+    ]))
+    candidates = repeat_candidates(keys, earlier)
+    every_key = keys.select(F.xxhash64("dedupKey").alias("keyHash")).distinct()  # a superset
+    expected = decide_retries(keys, earlier, 600)
+    assert candidates.count() == 3
+    assert sorted(r.segmentPosition for r in expected.where("retryOf is not null").collect()) == [0, 40]
+    for narrowed in (candidates, every_key):
+        assert_df_equality(decide_retries(keys, earlier, 600, narrowed), expected, ignore_row_order=True)
