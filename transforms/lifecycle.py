@@ -457,9 +457,7 @@ def _coupled_departures(rows: DataFrame, policies: Policies, other: Column) -> D
     limited = policy_value(policies, "maxLength").isNotNull() | policy_value(policies, "maxLengthBytes").isNotNull()
     parts = []
     for head, limit in ((False, True), (True, False), (True, True)):
-        if not any(bool(p.get("expiryAtHeadOnly")) == head
-                   and (p.get("maxLength") is not None or p.get("maxLengthBytes") is not None) == limit
-                   for p in policies.values()):
+        if (head, limit) not in {_coupling(p) for p in policies.values()}:
             continue
         part = rows.where((head_only if head else ~head_only) & (limited if limit else ~limited))
         own = F.col("ownExpireAt")
@@ -631,17 +629,20 @@ def coupled(policies: Policies) -> Column:
             | policy_value(policies, "expiryAtHeadOnly", False))
 
 
+def _coupling(policy: dict) -> tuple[bool, bool]:
+    """(expiry at the head only, a length limit) of one policy: :func:`coupled`'s fields, in Python."""
+    return (bool(policy.get("expiryAtHeadOnly")),
+            policy.get("maxLength") is not None or policy.get("maxLengthBytes") is not None)
+
+
 def any_coupled(policies: Policies) -> bool:
     """Whether any policy couples its topic's copies (:func:`coupled`)."""
-    return any(pol.get("maxLength") is not None or pol.get("maxLengthBytes") is not None
-               or bool(pol.get("expiryAtHeadOnly")) for pol in policies.values())
+    return any(any(_coupling(p)) for p in policies.values())
 
 
 def is_coupled_topic(policies: Policies, topic: str) -> bool:
     """:func:`coupled` for one topic, in Python (the same fields of the same policy)."""
-    policy = policy_for(policies, topic)
-    return (policy.get("maxLength") is not None or policy.get("maxLengthBytes") is not None
-            or bool(policy.get("expiryAtHeadOnly")))
+    return any(_coupling(policy_for(policies, topic)))
 
 
 #: ``message_states`` columns of a fated copy (besides ``asOf``).
