@@ -9,23 +9,35 @@ import pytest
 
 from msglake.pipelines import settings as settings_mod
 
+# The JVMs the tests start (jobs through the CLI, spark-submit, clusters, notebooks: they inherit
+# this variable) compile with C1 only: their data is small and each lives a minute or two, so C2's
+# compilations never pay back, and on two cores shared by two workers CPU is the suite's time.
+# Measured in a two-worker run: the standalone-cluster test 322 -> 166 s, test_stream.py's three
+# 311 -> 142 s, the wheel's demo 226 -> 134 s. The workers' own sessions (``spark`` below) run the
+# whole suite and keep C2: with C1 they were slower. The JIT tier does not change what a job
+# computes. (Each JVM says "Picked up JAVA_TOOL_OPTIONS" on its stderr, which msglake's session
+# sends to its log file.)
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+if TEST_JVM_OPTIONS not in os.environ.get("JAVA_TOOL_OPTIONS", ""):
+    os.environ["JAVA_TOOL_OPTIONS"] = f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} {TEST_JVM_OPTIONS}".strip()
 
-#: The files whose tests read the session's shared replayed lake (the ``replayed`` fixture, ~100 s
-#: to build): on pytest-xdist's workers they run as one group, so the lake is built once, on one
-#: worker, instead of on each. (Collection fails if a test elsewhere takes the fixture.)
+#: The files whose tests read the session's shared replayed lake (the ``replayed`` fixture, ~80 s to
+#: build alone, ~180 s beside another worker): on pytest-xdist's workers they run as one group, so
+#: the lake is built once, on one worker, instead of on each. (Collection fails if a test elsewhere
+#: takes the fixture.)
 REPLAYED_FILES = ("tests/pipelines/test_sql.py", "tests/pipelines/test_quality_report.py",
                   "tests/pipelines/test_replay.py", "tests/pipelines/test_history.py", "tests/test_notebooks.py")
 
-#: The suite's longest groups of tests and their worker-seconds in a two-worker run (2026-11-27, this
-#: 2-core machine kind, with the driver settings of README's "The local driver JVM"). `make test`
-#: hands groups to its workers longest first, so that no long group starts last while the other
-#: worker idles. A hint only: the groups not named here come after these, those with the most
-#: tests first (pytest-xdist's own order).
+#: The suite's longest groups of tests and their worker-seconds in a two-worker run (2026-11-28, this
+#: 2-core machine kind, the JVMs the tests start on C1 as set above). `make test` hands groups to
+#: its workers longest first, so that no long group starts last while the other worker idles. A
+#: hint only: the groups not named here come after these, those with the most tests first
+#: (pytest-xdist's own order).
 LONG_GROUPS = {
-    "replayed": 515, "tests/pipelines/test_semantics_stream.py": 370, "tests/pipelines/test_stream.py": 185,
-    "tests/pipelines/test_cluster.py": 170, "tests/test_wheel.py": 120, "tests/pipelines/test_ingest.py": 105,
-    "tests/test_cli.py": 65, "tests/pipelines/test_rocketmq_ingest.py": 45, "tests/pipelines/test_once.py": 45,
-    "tests/transforms/test_lifecycle.py": 35,
+    "replayed": 800, "tests/pipelines/test_semantics_stream.py": 510, "tests/pipelines/test_ingest.py": 180,
+    "tests/pipelines/test_cluster.py": 166, "tests/pipelines/test_stream.py": 142, "tests/test_wheel.py": 134,
+    "tests/pipelines/test_maintenance.py": 95, "tests/pipelines/test_rocketmq_ingest.py": 90,
+    "tests/pipelines/test_once.py": 68, "tests/transforms/test_lifecycle.py": 68, "tests/test_cli.py": 52,
 }
 
 
@@ -109,6 +121,21 @@ def assert_rows(actual, expected_rows, ignore_row_order: bool = False) -> None:
     assert_df_equality(actual, expected, ignore_nullable=True, ignore_row_order=ignore_row_order)
 
 
+@contextmanager
+def _own_jit():
+    """The worker's session JVM started without :data:`TEST_JVM_OPTIONS` (C2 pays back over a run)."""
+    given = os.environ.get("JAVA_TOOL_OPTIONS", "")
+    own = given.replace(TEST_JVM_OPTIONS, "").strip()
+    if own:
+        os.environ["JAVA_TOOL_OPTIONS"] = own
+    else:
+        os.environ.pop("JAVA_TOOL_OPTIONS", None)
+    try:
+        yield
+    finally:
+        os.environ["JAVA_TOOL_OPTIONS"] = given
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     from msglake.pipelines.session import build_session
@@ -119,7 +146,8 @@ def spark(tmp_path_factory):
     # settings' 2g it ran out in 1 of 3 clean-clone runs (2026-11-26: GC-bound semantics-stream
     # tests 5-10x slower, then "Not enough memory to build and broadcast"); this machine has 24 GiB.
     settings.spark.conf["spark.driver.memory"] = "4g"
-    session = build_session(settings, app_name="msglake-tests")
+    with _own_jit():
+        session = build_session(settings, app_name="msglake-tests")
     yield session
     session.stop()
 
