@@ -55,6 +55,19 @@ def test_the_most_specific_policy_wins_without_inheriting(spark):
     assert_rows(df.select(policy_value({}, "messageTtlMs", 9).alias("v")), [(9,)] * 4)
 
 
+def test_a_policy_per_topic_is_one_lookup_however_many_topics(spark):
+    # 300 topics with their own TTL, a glob under them, and an exact name that sets no TTL and
+    # so shadows the glob: each topic gets its own policy's value, and the optimized plan holds
+    # one map constant, not a branch per topic (plans and compiled classes grew with the topics).
+    pol = {**{f"t{i}": {"messageTtlMs": i} for i in range(300)}, "t1*": {"messageTtlMs": 7}, "t1x": {}}
+    topics = ["t0", "t17", "t299", "t1zz", "t1x", "u"]
+    df = spark.createDataFrame([(t,) for t in topics], "topic string")
+    ttl = df.select("topic", policy_value(pol, "messageTtlMs").alias("v"))
+    assert_rows(ttl, [(t, policy_for(pol, t).get("messageTtlMs")) for t in topics], ignore_row_order=True)
+    assert [r.v for r in ttl.where("topic IN ('t1zz', 't1x')").orderBy("topic").collect()] == [None, 7]
+    assert ttl._jdf.queryExecution().optimizedPlan().toString().count("WHEN") <= 3
+
+
 def test_effective_ttl_is_the_smaller_of_queue_ttl_and_message_expiration(spark):
     pol = policies({"orders": {"messageTtlMs": 1000}})
     df = spark.createDataFrame([
