@@ -76,7 +76,7 @@ def policy_value(policies: Policies, key: str, default=None, topic: Column | Non
 
 
 def _exact_lookup(exact: list[tuple[list[str], object]]) -> Column:
-    """A map literal, exact topic name -> value (null where a name shadows a glob with the default).
+    """A map literal, exact topic name -> value (the default where a name only shadows a glob).
 
     Spark folds it into one constant when it optimizes the plan, so the expression stays one
     node however many topics have policies, where a ``CASE WHEN`` had a branch per value.
