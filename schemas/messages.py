@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from msglake.schemas.tables import TableSpec
+from msglake.schemas.tables import TableSpec, stats_columns
 
 TS = pa.timestamp("us", tz="UTC")
 STR_MAP = pa.map_(pa.string(), pa.string())
@@ -131,7 +131,7 @@ MESSAGES_TABLE = TableSpec(
         **APPEND_TABLE_PROPERTIES,
         # File statistics only where queries filter (the default, the first 32 columns, took
         # half of a small append's time).
-        "delta.dataSkippingStatsColumns": "storeTimestamp,bornTimestamp,traceId,messageId,uniqueId,"
-        "queueOffset,segment,segmentPosition,ingestBatchId",
+        **stats_columns("storeTimestamp", "bornTimestamp", "traceId", "messageId", "uniqueId", "queueOffset",
+                        "segment", "segmentPosition", "ingestBatchId"),
     },
 )

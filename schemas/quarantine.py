@@ -4,7 +4,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from msglake.schemas.messages import APPEND_TABLE_PROPERTIES, LINEAGE, TS
-from msglake.schemas.tables import TableSpec
+from msglake.schemas.tables import TableSpec, stats_columns
 
 #: Location of a quarantined record. ``topic``/``partition`` are null when the
 #: file or folder name itself did not parse.
@@ -36,6 +36,6 @@ QUARANTINE_TABLE = TableSpec(
     key=("sourceFormat", "topic", "partition", "segment", "segmentPosition"),
     properties={
         **APPEND_TABLE_PROPERTIES,
-        "delta.dataSkippingStatsColumns": "segment,segmentPosition,quarantinedAt,ingestBatchId",
+        **stats_columns("segment", "segmentPosition", "quarantinedAt", "ingestBatchId"),
     },
 )

@@ -5,6 +5,17 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+#: Delta's table property naming the columns whose minimum, maximum and null count each data file
+#: records (Delta's default: the first 32 columns, nested fields counted one by one). The
+#: statistics are what data skipping reads, and every write task builds their aggregation for the
+#: columns named: a table names the columns its queries filter on, no more.
+STATS_COLUMNS = "delta.dataSkippingStatsColumns"
+
+
+def stats_columns(*names: str) -> dict[str, str]:
+    """The table property :data:`STATS_COLUMNS` for ``names``."""
+    return {STATS_COLUMNS: ",".join(names)}
+
 
 @dataclass(frozen=True)
 class TableSpec:
@@ -29,6 +40,7 @@ class TableSpec:
     properties: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        missing = [c for c in self.partition_by + self.key if c not in self.schema.names]
+        stats = [c for c in self.properties.get(STATS_COLUMNS, "").split(",") if c]
+        missing = [c for c in self.partition_by + self.key + tuple(stats) if c not in self.schema.names]
         if missing:
             raise ValueError(f"table {self.name}: unknown columns {missing}")

@@ -20,6 +20,7 @@ def ensure_table(spark, settings: Settings, spec: TableSpec) -> str:
         builder = builder.property(k, v)
     builder.execute()
     _add_new_columns(spark, spec, path)
+    _add_new_properties(spark, spec, path)
     _register(spark, spec.name, path)
     return path
 
@@ -50,6 +51,16 @@ def _add_new_columns(spark, spec: TableSpec, path: str) -> None:
     if missing:
         columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
         spark.sql(f"ALTER TABLE {delta_path(path)} ADD COLUMNS ({columns})")
+
+
+def _add_new_properties(spark, spec: TableSpec, path: str) -> None:
+    """Set the table properties a newer msglake defines on a table an older one created; a
+    property the table sets already (perhaps its owner's choice) is left as it is."""
+    have = {r["key"] for r in spark.sql(f"SHOW TBLPROPERTIES {delta_path(path)}").collect()}
+    missing = {k: v for k, v in spec.properties.items() if k not in have}
+    if missing:
+        pairs = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in missing.items())
+        spark.sql(f"ALTER TABLE {delta_path(path)} SET TBLPROPERTIES ({pairs})")
 
 
 def _register(spark, name: str, path: str) -> None:
