@@ -50,6 +50,7 @@ from msglake.pipelines.jobs.running import wait_or_stop
 from msglake.pipelines.settings import Settings, policy_dicts
 from msglake.schemas import MESSAGES_TABLE
 from msglake.schemas.semantics import CONSUMER_EVENTS_TABLE, DEAD_LETTERS_TABLE, MESSAGE_EVENTS_TABLE
+from msglake.schemas.tables import stats_columns
 from msglake.transforms.lifecycle import (
     DEFAULT_MAX_HOPS,
     DLQ_PREFIX,
@@ -80,6 +81,10 @@ COPY, TOPIC, MARK = "copy", "topic", "mark"
 #: that copy from an earlier batch.
 DORMANT = "semantics-dormant"
 WOKEN = "woken"
+#: File statistics of the two tables (set when a batch creates them): the columns their reads
+#: filter on, not Delta's default of the first 32 (see msglake.schemas.tables.STATS_COLUMNS).
+PENDING_STATS = stats_columns("kind", "dueAt", "storeTimestamp", "rowId", "uniqueId")
+DORMANT_STATS = stats_columns("kind", "batch", "rowId", "uniqueId")
 
 
 @dataclass
@@ -376,14 +381,14 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
         asleep = asleep.unionByName(woken.select("rowId", F.lit(WOKEN).alias("kind"),
                                                  F.lit(batch_id).cast("bigint").alias("batch")),
                                     allowMissingColumns=True)
-    s.writer("-dormant").write(asleep.coalesce(tasks), s.dormant_path, batch_id)
+    s.writer("-dormant").write(asleep.coalesce(tasks), s.dormant_path, batch_id, **DORMANT_STATS)
     meta = spark.createDataFrame([(TOPIC, k, _ts(v)) for k, v in sorted(topics.items())] + [(MARK, None, t)],
                                  "kind string, topic string, storeTimestamp timestamp")
     state = (keep.where(~F.col("_dormant")).drop("_dormant").unionByName(meta, allowMissingColumns=True)
              .orderBy(F.col("dueAt").asc_nulls_last()))
     # the dormant copies are counted at the run's end
     kept = s.write_counted("-pending", state, s.pending_path, batch_id, F.col("kind") == COPY, "overwrite",
-                           overwriteSchema="true")
+                           overwriteSchema="true", **PENDING_STATS)
 
     s.summary.batches += 1
     s.summary.events += n_events
