@@ -113,10 +113,11 @@ _COPY = [
 ]
 
 #: File statistics of the copy tables: the evaluation time every query of a replay filters on, a
-#: copy's and its message's ids (a story, a join with messages or events) and its times. With
-#: Delta's default (the first 32 columns, the death history's fields one by one) the statistics'
-#: aggregation, built by each write task, was about a tenth of a small replay's time.
-_COPY_STATS = stats_columns("asOf", "rowId", "uniqueId", "storeTimestamp", "stateTime")
+#: copy's and its message's ids (a story, a join with messages or events), its times, and what
+#: ``v_trace`` keeps (derived copies: ``hop > 0``, ``segment`` null). With Delta's default (the
+#: first 32 columns, the death history's fields one by one) each write task built the aggregation
+#: of them all: a write of 830 rows 0.64 s instead of 0.39 s.
+_COPY_STATS = stats_columns("asOf", "rowId", "uniqueId", "hop", "segment", "storeTimestamp", "stateTime")
 
 MESSAGE_STATES_TABLE = TableSpec(
     name="message_states", schema=pa.schema(_COPY), partition_by=("topic",),

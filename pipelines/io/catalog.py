@@ -20,7 +20,7 @@ def ensure_table(spark, settings: Settings, spec: TableSpec) -> str:
         builder = builder.property(k, v)
     builder.execute()
     _add_new_columns(spark, spec, path)
-    _add_new_properties(spark, spec, path)
+    add_missing_properties(spark, path, spec.properties)
     _register(spark, spec.name, path)
     return path
 
@@ -53,14 +53,28 @@ def _add_new_columns(spark, spec: TableSpec, path: str) -> None:
         spark.sql(f"ALTER TABLE {delta_path(path)} ADD COLUMNS ({columns})")
 
 
-def _add_new_properties(spark, spec: TableSpec, path: str) -> None:
-    """Set the table properties a newer msglake defines on a table an older one created; a
-    property the table sets already (perhaps its owner's choice) is left as it is."""
+def _missing_properties(spark, path: str, properties: dict[str, str]) -> dict[str, str]:
     have = {r["key"] for r in spark.sql(f"SHOW TBLPROPERTIES {delta_path(path)}").collect()}
-    missing = {k: v for k, v in spec.properties.items() if k not in have}
-    if missing:
-        pairs = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in missing.items())
+    return {k: v for k, v in properties.items() if k not in have}
+
+
+def add_missing_properties(spark, path: str, properties: dict[str, str]) -> None:
+    """Set those of ``properties`` that the Delta table at ``path`` does not set (a table an older
+    msglake created); a property the table sets already (perhaps its owner's choice) is left as
+    it is.
+
+    This is a metadata commit, once per table: a write to the table committing at the same
+    moment fails with Delta's metadata-changed conflict, as after any ALTER TABLE."""
+    missing = _missing_properties(spark, path, properties)
+    if not missing:
+        return
+    pairs = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in missing.items())
+    try:
         spark.sql(f"ALTER TABLE {delta_path(path)} SET TBLPROPERTIES ({pairs})")
+    except Exception:
+        # Another job opening the table set them first (its commit won): what counts is that they are set.
+        if _missing_properties(spark, path, properties):
+            raise
 
 
 def _register(spark, name: str, path: str) -> None:

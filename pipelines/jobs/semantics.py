@@ -43,7 +43,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, functions as F
 
 from msglake.errors import LakeError
 from msglake.pipelines.io import checkpoint as cp
-from msglake.pipelines.io.catalog import ensure_table
+from msglake.pipelines.io.catalog import add_missing_properties, ensure_table
 from msglake.pipelines.io.once import OnceWriter
 from msglake.pipelines.jobs.evaluate import evaluate_copies
 from msglake.pipelines.jobs.running import wait_or_stop
@@ -81,8 +81,9 @@ COPY, TOPIC, MARK = "copy", "topic", "mark"
 #: that copy from an earlier batch.
 DORMANT = "semantics-dormant"
 WOKEN = "woken"
-#: File statistics of the two tables (set when a batch creates them): the columns their reads
-#: filter on, not Delta's default of the first 32 (see msglake.schemas.tables.STATS_COLUMNS).
+#: File statistics of the two tables (set when a batch creates them, or by :func:`run` on tables
+#: an older msglake made): the columns their reads filter on, not Delta's default of the first
+#: 32 (see msglake.schemas.tables.STATS_COLUMNS).
 PENDING_STATS = stats_columns("kind", "dueAt", "storeTimestamp", "rowId", "uniqueId")
 DORMANT_STATS = stats_columns("kind", "batch", "rowId", "uniqueId")
 
@@ -408,6 +409,9 @@ def run(spark, settings: Settings, *, available_now: bool = True, interval: str 
     summary = SemanticsSummary(tables=tables)
     stream = Stream(spark, settings, dt.timedelta(seconds=lateness_seconds), max_hops, tables, summary)
     _no_stale_dormant(stream)
+    for path, properties in ((stream.pending_path, PENDING_STATS), (stream.dormant_path, DORMANT_STATS)):
+        if os.path.isdir(os.path.join(path, "_delta_log")):  # made by an older msglake, perhaps
+            add_missing_properties(spark, path, properties)
     started = time.monotonic()
 
     def batch(df: DataFrame, batch_id: int) -> None:

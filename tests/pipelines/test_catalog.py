@@ -9,7 +9,7 @@ import json
 import pytest
 from pyspark.sql import functions as F
 
-from msglake.pipelines.io.catalog import ensure_table
+from msglake.pipelines.io.catalog import add_missing_properties, ensure_table
 from msglake.schemas import MESSAGES_TABLE
 from msglake.schemas.semantics import MESSAGE_EVENTS_TABLE, MESSAGE_STATES_TABLE
 from msglake.schemas.tables import STATS_COLUMNS, stats_columns
@@ -50,8 +50,8 @@ def test_files_record_statistics_of_the_named_columns_only(spark, tmp_path):
     (spark.createDataFrame([row], "rowId string, uniqueId string, hop int, topic string, partition int, "
                                   "event string, time timestamp, seq int, state string, reason string")
      .withColumn("asOf", F.lit(None).cast("timestamp")).write.format("delta").mode("append").save(path))
-    adds = [json.loads(line)["add"] for f in sorted(glob.glob(f"{path}/_delta_log/*.json"))
-            for line in open(f) if '"add"' in line]
+    actions = [json.loads(line) for f in sorted(glob.glob(f"{path}/_delta_log/*.json")) for line in open(f)]
+    adds = [a["add"] for a in actions if "add" in a]
     stats = json.loads(adds[-1]["stats"])
     assert set(stats["nullCount"]) == {"asOf", "rowId", "uniqueId", "time"}
     assert stats["minValues"]["rowId"] == "r1"
@@ -60,3 +60,16 @@ def test_files_record_statistics_of_the_named_columns_only(spark, tmp_path):
 def test_a_table_spec_refuses_statistics_of_a_column_it_does_not_have():
     with pytest.raises(ValueError, match=r"unknown columns \['nope'\]"):
         dataclasses.replace(MESSAGE_EVENTS_TABLE, properties=stats_columns("rowId", "nope"))
+
+
+def test_the_semantics_jobs_own_tables_made_by_an_older_msglake_get_their_list(spark, tmp_path):
+    from msglake.pipelines.jobs.semantics import PENDING_STATS
+
+    path = str(tmp_path / "semantics-pending")
+    rows = spark.createDataFrame([("copy", "r1", "u1", 5)], "kind string, rowId string, uniqueId string, x int") \
+        .withColumn("dueAt", F.current_timestamp()).withColumn("storeTimestamp", F.current_timestamp())
+    rows.write.format("delta").save(path)
+    add_missing_properties(spark, path, PENDING_STATS)
+    assert _properties(spark, path)[STATS_COLUMNS] == PENDING_STATS[STATS_COLUMNS]
+    add_missing_properties(spark, path, PENDING_STATS)  # set already: no second commit
+    assert len(glob.glob(f"{path}/_delta_log/*.json")) == 2
