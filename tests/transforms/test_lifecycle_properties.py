@@ -127,6 +127,10 @@ def test_simple_rounds_hand_over_to_general_ones_when_a_copy_enters_a_coupled_to
     assert fast.simple >= 1 and fast.rounds > fast.simple + 1, (fast.rounds, fast.simple)
     assert general.simple == 0 and (general.rounds, general.converged) == (fast.rounds, fast.converged)
     assert rows(fast) == rows(general)
+    # What the rounds keep does not pile up partitions (they doubled with each general round):
+    # the result is the first round's and the later rounds' copies, each within the session's width.
+    width = max(spark.sparkContext.defaultParallelism, int(spark.conf.get("spark.sql.shuffle.partitions")))
+    assert general.fated.rdd.getNumPartitions() <= 2 * width, (general.rounds, general.fated.rdd.getNumPartitions())
     got = {(r[4], r[3]): (r[5], r[6], r[7]) for r in rows(fast)}
     assert got[("s0.a", 0)] == ("dead_lettered", "expired", 10)
     assert got[("s0.b", 1)] == ("dead_lettered", "expired", 20)
