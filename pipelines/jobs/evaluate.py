@@ -35,6 +35,11 @@ def local_checkpoint(df: DataFrame) -> DataFrame:
     return df.localCheckpoint(eager=False)
 
 
+def kept_width(spark) -> int:
+    """The most partitions a frame the rounds keep has: the session's parallelism."""
+    return max(spark.sparkContext.defaultParallelism, int(spark.conf.get("spark.sql.shuffle.partitions")))
+
+
 @dataclass
 class Evaluation:
     """What an evaluation found, as lazy DataFrames over one cached result."""
@@ -98,12 +103,10 @@ def evaluate_copies(base: DataFrame, policies: Mapping[str, Mapping], as_of, top
     # doubled round after round (a stream batch of 85 messages, seven rounds: stages of 297 ->
     # 595 -> 1,192 -> 2,375 tasks, 178 s). Each kept frame is coalesced to the session's
     # parallelism first (a merge of partitions, no shuffle; never more partitions than it had).
-    spark = base.sparkSession
-    width = max(spark.sparkContext.defaultParallelism, int(spark.conf.get("spark.sql.shuffle.partitions")))
-    user_persist = persist
+    width, keep = kept_width(base.sparkSession), persist
 
     def persist(df: DataFrame) -> DataFrame:
-        return user_persist(df.coalesce(width))
+        return keep(df.coalesce(width))
 
     base = persist(base.select(*ROW))
     topics = persist(topics)

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from msglake.pipelines import settings as S
 from msglake.schemas.semantics import STATES
-from msglake.pipelines.jobs.evaluate import evaluate
+from msglake.pipelines.jobs.evaluate import evaluate, kept_width
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 MSG = ("topic string, partition int, messageId string, queueOffset bigint, storeTimestamp timestamp, "
@@ -129,8 +129,8 @@ def test_simple_rounds_hand_over_to_general_ones_when_a_copy_enters_a_coupled_to
     assert rows(fast) == rows(general)
     # What the rounds keep does not pile up partitions (they doubled with each general round):
     # the result is the first round's and the later rounds' copies, each within the session's width.
-    width = max(spark.sparkContext.defaultParallelism, int(spark.conf.get("spark.sql.shuffle.partitions")))
-    assert general.fated.rdd.getNumPartitions() <= 2 * width, (general.rounds, general.fated.rdd.getNumPartitions())
+    assert general.fated.rdd.getNumPartitions() <= 2 * kept_width(spark), (
+        general.rounds, general.fated.rdd.getNumPartitions())
     got = {(r[4], r[3]): (r[5], r[6], r[7]) for r in rows(fast)}
     assert got[("s0.a", 0)] == ("dead_lettered", "expired", 10)
     assert got[("s0.b", 1)] == ("dead_lettered", "expired", 20)
