@@ -68,6 +68,21 @@ def test_a_policy_per_topic_is_one_lookup_however_many_topics(spark):
     assert ttl._jdf.queryExecution().optimizedPlan().toString().count("WHEN") <= 3
 
 
+def test_a_policy_value_is_made_once_per_policies_key_and_default(spark):
+    # The rounds ask for the same columns again and again: made once, reused. Equal policies in
+    # another order are other policies (between equally specific globs the earlier wins), and
+    # another default is another column.
+    first, second = {"a*": {"messageTtlMs": 1}, "*a": {"messageTtlMs": 2}}, {"*a": {"messageTtlMs": 2},
+                                                                            "a*": {"messageTtlMs": 1}}
+    assert policy_value(first, "messageTtlMs") is policy_value(dict(first), "messageTtlMs")
+    assert policy_value(first, "messageTtlMs", 5) is not policy_value(first, "messageTtlMs")
+    df = spark.createDataFrame([("aa",), ("b",)], "topic string")
+    assert_rows(df.select("topic", policy_value(first, "messageTtlMs").alias("one"),
+                          policy_value(second, "messageTtlMs").alias("two"),
+                          policy_value(first, "messageTtlMs", 5).alias("five")),
+                [("aa", 1, 2, 1), ("b", None, None, 5)])
+
+
 def test_effective_ttl_is_the_smaller_of_queue_ttl_and_message_expiration(spark):
     pol = policies({"orders": {"messageTtlMs": 1000}})
     df = spark.createDataFrame([
