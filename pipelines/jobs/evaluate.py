@@ -35,6 +35,13 @@ def local_checkpoint(df: DataFrame) -> DataFrame:
     return df.localCheckpoint(eager=False)
 
 
+def broadcast_distinct(df: DataFrame) -> DataFrame:
+    """The distinct rows of ``df``, for the small side of a broadcast join: deduplicated in one
+    task, without the shuffle a ``distinct()`` plans (a Spark job of its own, before the one
+    that broadcasts the rows; the broadcast takes every row to the driver anyway)."""
+    return F.broadcast(df.coalesce(1).distinct())
+
+
 def kept_width(spark) -> int:
     """The most partitions a frame the rounds keep has: the session's parallelism."""
     return max(spark.sparkContext.defaultParallelism, int(spark.conf.get("spark.sql.shuffle.partitions")))
@@ -133,7 +140,7 @@ def evaluate_copies(base: DataFrame, policies: Mapping[str, Mapping], as_of, top
         else:
             added = persist(copies.join(previous.select("rowId", "v"), ["rowId", "v"], "left_anti"))
             gone = persist(previous.join(copies.select("rowId", "v"), ["rowId", "v"], "left_anti"))
-        touched = F.broadcast(added.unionByName(gone).where(is_coupled).select("topic", "partition").distinct())
+        touched = broadcast_distinct(added.unionByName(gone).where(is_coupled).select("topic", "partition"))
         copy_ids = F.broadcast(copies.select("rowId"))
         made, again = F.lit(False).alias("_base"), F.lit(True).alias("_base")
         redo = persist(
@@ -146,12 +153,13 @@ def evaluate_copies(base: DataFrame, policies: Mapping[str, Mapping], as_of, top
             .unionByName(copies.drop("v").where(is_coupled).join(touched, ["topic", "partition"], "left_semi")
                          .select("*", made))
         )
-        dirty = F.broadcast(redo.select("rowId").unionByName(gone.select("rowId")).distinct())
+        dirty = broadcast_distinct(redo.select("rowId").unionByName(gone.select("rowId")))
         # The rows of ``first`` that redo supersedes: the base copies it evaluates again, and
         # stored records taking over a history. (Not ``stored`` alone: a stream batch's base
         # also holds dead-letter copies still pending, which were then fated twice.)
+        # (deduplicated in one task, as broadcast_distinct: the later rounds broadcast it)
         replaced = persist(replaced.unionByName(redo.where(F.col("stored") | F.col("_base")).select("rowId"))
-                           .distinct())
+                           .coalesce(1).distinct())
         delta = persist(delta.join(dirty, "rowId", "left_anti").select(*columns)
                         .unionByName(evaluate_rows(redo).select(*columns)))
 

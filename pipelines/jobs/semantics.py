@@ -45,7 +45,7 @@ from msglake.errors import LakeError
 from msglake.pipelines.io import checkpoint as cp
 from msglake.pipelines.io.catalog import add_missing_properties, ensure_table
 from msglake.pipelines.io.once import OnceWriter
-from msglake.pipelines.jobs.evaluate import evaluate_copies
+from msglake.pipelines.jobs.evaluate import broadcast_distinct, evaluate_copies
 from msglake.pipelines.jobs.running import wait_or_stop
 from msglake.pipelines.settings import Settings, policy_dicts
 from msglake.schemas import MESSAGES_TABLE
@@ -303,16 +303,17 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
         reasons = [F.col("dueAt") <= t, coupled(policies)]
         touched = []
         if events is not None:
-            named = events.where(after(F.col("time")) & (F.col("time") <= t)).select(
-                "topic", F.col("_id").alias("uniqueId")).distinct().withColumn("_named", F.lit(True))
+            named = broadcast_distinct(events.where(after(F.col("time")) & (F.col("time") <= t)).select(
+                "topic", F.col("_id").alias("uniqueId"))).withColumn("_named", F.lit(True))
             touched.append((named, ["topic", "uniqueId"], "_named"))
         if offsets is not None:
-            passed = offsets.where(after(F.col("snapshotTime")) & (F.col("snapshotTime") <= t)).select(
-                "topic", F.col("queue").cast("int").alias("partition")).distinct().withColumn("_passed", F.lit(True))
+            passed = broadcast_distinct(offsets.where(after(F.col("snapshotTime")) & (F.col("snapshotTime") <= t))
+                                        .select("topic", F.col("queue").cast("int").alias("partition"))
+                                        ).withColumn("_passed", F.lit(True))
             touched.append((passed, ["topic", "partition"], "_passed"))
         # The dormant copies this batch's input names join the pending ones (the rest cannot change).
-        chains = (copies.where(chain).select("uniqueId").unionByName(fresh.where(chain).select("uniqueId"))
-                  .distinct().withColumn("_chained", F.lit(True)))
+        chains = broadcast_distinct(copies.where(chain).select("uniqueId").unionByName(
+            fresh.where(chain).select("uniqueId"))).withColumn("_chained", F.lit(True))
         woken = _wake(s, batch_id, touched + [(chains, ["uniqueId"], "_chained")])
         if woken is not None:
             copies = copies.unionByName(woken)
@@ -322,9 +323,10 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
             reasons.append(F.coalesce(F.col(flag), F.lit(False)))
         due_now = (store <= t) & F.coalesce(reduce(operator.or_, reasons), F.lit(False))
         flagged = flagged.withColumn("_due", due_now).localCheckpoint(eager=False)
-        chained = (flagged.where(chain).select("uniqueId").unionByName(fresh.where(chain).select("uniqueId"))
-                   .join(flagged.where("_due").select("uniqueId").unionByName(fresh.select("uniqueId")),
-                         "uniqueId", "left_semi").distinct().withColumn("_chain", F.lit(True)))
+        chained = broadcast_distinct(
+            flagged.where(chain).select("uniqueId").unionByName(fresh.where(chain).select("uniqueId"))
+            .join(flagged.where("_due").select("uniqueId").unionByName(fresh.select("uniqueId")), "uniqueId",
+                  "left_semi")).withColumn("_chain", F.lit(True))
         # Kept: due and waiting both read it, and each read would run the chain join again.
         flagged = flagged.join(F.broadcast(chained), "uniqueId", "left").withColumn(
             "_due", F.col("_due") | (F.col("_chain").isNotNull() & (store <= t))).localCheckpoint(eager=False)
