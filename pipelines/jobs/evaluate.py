@@ -35,11 +35,16 @@ def local_checkpoint(df: DataFrame) -> DataFrame:
     return df.localCheckpoint(eager=False)
 
 
+def distinct_in_one_task(df: DataFrame) -> DataFrame:
+    """The distinct rows of ``df``, deduplicated in one task: without the shuffle a ``distinct()``
+    plans (a Spark job of its own). For frames a broadcast join takes, which go whole to the
+    driver anyway."""
+    return df.coalesce(1).distinct()
+
+
 def broadcast_distinct(df: DataFrame) -> DataFrame:
-    """The distinct rows of ``df``, for the small side of a broadcast join: deduplicated in one
-    task, without the shuffle a ``distinct()`` plans (a Spark job of its own, before the one
-    that broadcasts the rows; the broadcast takes every row to the driver anyway)."""
-    return F.broadcast(df.coalesce(1).distinct())
+    """:func:`distinct_in_one_task`, as the small side of a broadcast join."""
+    return F.broadcast(distinct_in_one_task(df))
 
 
 def kept_width(spark) -> int:
@@ -157,9 +162,9 @@ def evaluate_copies(base: DataFrame, policies: Mapping[str, Mapping], as_of, top
         # The rows of ``first`` that redo supersedes: the base copies it evaluates again, and
         # stored records taking over a history. (Not ``stored`` alone: a stream batch's base
         # also holds dead-letter copies still pending, which were then fated twice.)
-        # (deduplicated in one task, as broadcast_distinct: the later rounds broadcast it)
-        replaced = persist(replaced.unionByName(redo.where(F.col("stored") | F.col("_base")).select("rowId"))
-                           .coalesce(1).distinct())
+        # (the later rounds broadcast it)
+        replaced = persist(distinct_in_one_task(
+            replaced.unionByName(redo.where(F.col("stored") | F.col("_base")).select("rowId"))))
         delta = persist(delta.join(dirty, "rowId", "left_anti").select(*columns)
                         .unionByName(evaluate_rows(redo).select(*columns)))
 
