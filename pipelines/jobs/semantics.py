@@ -36,7 +36,7 @@ import operator
 import os
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession, functions as F
@@ -116,18 +116,6 @@ class SemanticsSummary:
 
 
 @dataclass
-class Held:
-    """The pending set a batch of this run wrote, kept for the next batch (see :func:`step`)."""
-
-    batch_id: int
-    #: The pending copies (``ROW`` and ``dueAt``), a local checkpoint.
-    copies: DataFrame
-    #: Topic -> its first arrival (µs), and the watermark (µs): the table's other rows.
-    topics: dict[str, int]
-    watermark: int
-
-
-@dataclass
 class Stream:
     """What every micro-batch of one run needs."""
 
@@ -141,8 +129,6 @@ class Stream:
     app_id: str = "msglake-semantics"
     checkpoint: str | None = None
     writers: dict[str, OnceWriter] = field(default_factory=dict, repr=False)
-    #: The pending set the last batch wrote, when this run wrote it.
-    held: Held | None = field(default=None, repr=False)
 
     @property
     def pending_path(self) -> str:
@@ -160,19 +146,18 @@ class Stream:
         return self.writers[suffix]
 
     def write_counted(self, suffix: str, rows: DataFrame, path: str, batch_id: int, counted: Column | None = None,
-                      mode: str = "append", **options: str) -> tuple[int, bool]:
-        """Write ``rows`` as :meth:`writer` ``suffix``'s batch ``batch_id``; return how many of them
-        ``counted`` holds (all: None), counted as they were written (a count of its own was one
-        more Spark job over the batch's plan), and whether this call wrote them. A batch written
-        before a crash is counted apart."""
+                      mode: str = "append", **options: str) -> int:
+        """Write ``rows`` as :meth:`writer` ``suffix``'s batch ``batch_id``, and return how many of them
+        ``counted`` holds (all: None), counted as they were written: a count of its own was one
+        more Spark job over the batch's plan. A batch written before a crash is counted apart."""
         from pyspark.sql import Observation
 
         counted = F.lit(True) if counted is None else counted
         seen = Observation(f"msglake-semantics{suffix}-{batch_id}")
         if self.writer(suffix).write(rows.observe(seen, F.count_if(counted).alias("n")), path, batch_id, mode,
                                      **options):
-            return seen.get["n"], True
-        return rows.where(counted).count(), False
+            return seen.get["n"]
+        return rows.where(counted).count()
 
     def table(self, name: str) -> DataFrame | None:
         path = self.settings.lake.table_path(name)
@@ -269,21 +254,11 @@ def _no_stale_dormant(s: Stream) -> None:
 def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     """One micro-batch: see the module docstring."""
     spark, policies = s.spark, policy_dicts(s.settings.policies)
-    # The pending set: as the last batch of this run wrote it, or else read from its table (the
-    # first batch of a run, or one whose last batch was written before a restart). Read, it
-    # cost a Delta snapshot, a scan and a collect of its marks, ~0.5 s a batch.
-    held, s.held = s.held, None
-    held = held if held is not None and held.batch_id == batch_id - 1 else None
-    if held is not None:
-        copies, topics, w_prev = held.copies, dict(held.topics), held.watermark
-    else:
-        pending = (spark.read.format("delta").load(s.pending_path)
-                   if os.path.isdir(os.path.join(s.pending_path, "_delta_log")) else None)
-        marks = [] if pending is None else pending.where(F.col("kind") != COPY).select(
-            "kind", "topic", F.unix_micros("storeTimestamp").alias("us")).collect()
-        w_prev = next((m["us"] for m in marks if m["kind"] == MARK), None)
-        topics = {m["topic"]: m["us"] for m in marks if m["kind"] == TOPIC}
-        copies = None if pending is None else pending.where(F.col("kind") == COPY).select(*ROW, "dueAt")
+    pending = (spark.read.format("delta").load(s.pending_path)
+               if os.path.isdir(os.path.join(s.pending_path, "_delta_log")) else None)
+    marks = [] if pending is None else pending.where(F.col("kind") != COPY).select(
+        "kind", "topic", F.unix_micros("storeTimestamp").alias("us")).collect()
+    w_prev = next((m["us"] for m in marks if m["kind"] == MARK), None)
     # The batch's arrivals per topic and its late messages (own copies stored by the last
     # watermark: what stored_copies keeps), in one job.
     store = F.col("storeTimestamp")
@@ -292,14 +267,13 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
                                                 F.unix_micros(F.max(store)).alias("newest"),
                                                 late.alias("late")).collect()
     arrivals = {r["topic"]: (r["since"], r["newest"]) for r in seen}
+    topics = {m["topic"]: m["us"] for m in marks if m["kind"] == TOPIC}
     for topic, (since, _) in arrivals.items():
         topics[topic] = min(since, topics.get(topic, since))
     newest = max((n for _, n in arrivals.values()), default=None)
     lateness_us = s.lateness // dt.timedelta(microseconds=1)
     w = max([x for x in (w_prev, None if newest is None else newest - lateness_us) if x is not None], default=None)
     if w is None or w == w_prev and not arrivals:
-        # nothing written: the pending set is still the one held, if any
-        s.held = None if held is None else replace(held, batch_id=batch_id)
         return
     t, t_prev = _ts(w), _ts(w_prev)
     s.summary.late += sum(r["late"] for r in seen)
@@ -313,6 +287,7 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     new = new.select("*", *[F.lit(None).cast(k).alias(c) for c, k in (
         ("offsetConsumedAt", "timestamp"), ("nextRowId", "string"), ("nextTopic", "string"),
         ("nextStore", "timestamp"))]).select(*ROW).localCheckpoint(eager=False)
+    copies = None if pending is None else pending.where(F.col("kind") == COPY).select(*ROW, "dueAt")
     events = s.table(CONSUMER_EVENTS_TABLE.name)
     events = None if events is None else conform_events(events).withColumn("_id", event_key())
     offsets = s.table("consumer_offsets")
@@ -386,7 +361,7 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     # events), and each task writes a file per topic it holds.
     tasks = spark.sparkContext.defaultParallelism
     n_events, n_dead = (s.write_counted("", rows.select(*spec.schema.names).coalesce(tasks), s.tables[spec.name],
-                                        batch_id)[0]
+                                        batch_id)
                         for spec, rows in ((MESSAGE_EVENTS_TABLE, logged), (DEAD_LETTERS_TABLE, dead)))
 
     live = result.fated.where(F.col("state").isin("scheduled", "ready")).select(*ROW, "dueAt")
@@ -415,10 +390,8 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     state = (keep.where(~F.col("_dormant")).drop("_dormant").unionByName(meta, allowMissingColumns=True)
              .orderBy(F.col("dueAt").asc_nulls_last()))
     # the dormant copies are counted at the run's end
-    kept, written = s.write_counted("-pending", state, s.pending_path, batch_id, F.col("kind") == COPY, "overwrite",
-                                    overwriteSchema="true", **PENDING_STATS)
-    if written:  # else the table holds what a run before a restart wrote: the next batch reads it
-        s.held = Held(batch_id, keep.where(~F.col("_dormant")).select(*ROW, "dueAt"), topics, w)
+    kept = s.write_counted("-pending", state, s.pending_path, batch_id, F.col("kind") == COPY, "overwrite",
+                           overwriteSchema="true", **PENDING_STATS)
 
     s.summary.batches += 1
     s.summary.events += n_events
