@@ -53,8 +53,9 @@ def policy_for(policies: Policies, topic: str) -> Mapping:
     return {}
 
 
-#: policy_value's columns by (JVM, policies, key, default): see :func:`policy_value`.
-_MADE: dict[tuple, Column] = {}
+#: policy_value's columns by (JVM, policies, key, default), each with the JVM view it was made in:
+#: see :func:`policy_value`.
+_MADE: dict[tuple, tuple[object, Column]] = {}
 _MADE_MAX = 4096
 
 
@@ -73,16 +74,19 @@ def policy_value(policies: Policies, key: str, default=None, topic: Column | Non
         return _policy_value(policies, key, default, topic)
     from pyspark import SparkContext
 
+    jvm = SparkContext._jvm
     try:
         # in file order, not sorted: between globs equally specific, the earlier one wins
-        made = (id(SparkContext._jvm), orjson.dumps(policies), key, orjson.dumps(default))
+        made = (id(jvm), orjson.dumps(policies), key, orjson.dumps(default))
     except TypeError:  # a value JSON cannot say: make it each time
         return _policy_value(policies, key, default, F.col("topic"))
-    if made not in _MADE:
+    # The same id can be a later JVM view's once the first is gone (a session stopped and
+    # another started): a column is reused only in the view it was made in.
+    if made not in _MADE or _MADE[made][0] is not jvm:
         if len(_MADE) >= _MADE_MAX:
             _MADE.clear()
-        _MADE[made] = _policy_value(policies, key, default, F.col("topic"))
-    return _MADE[made]
+        _MADE[made] = (jvm, _policy_value(policies, key, default, F.col("topic")))
+    return _MADE[made][1]
 
 
 def _policy_value(policies: Policies, key: str, default, topic: Column) -> Column:

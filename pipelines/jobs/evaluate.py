@@ -161,8 +161,8 @@ def evaluate_copies(base: DataFrame, policies: Mapping[str, Mapping], as_of, top
         dirty = broadcast_distinct(redo.select("rowId").unionByName(gone.select("rowId")))
         # The rows of ``first`` that redo supersedes: the base copies it evaluates again, and
         # stored records taking over a history. (Not ``stored`` alone: a stream batch's base
-        # also holds dead-letter copies still pending, which were then fated twice.)
-        # (the later rounds broadcast it)
+        # also holds dead-letter copies still pending, which were then fated twice.) Deduplicated
+        # in one task: the later rounds broadcast it whole.
         replaced = persist(distinct_in_one_task(
             replaced.unionByName(redo.where(F.col("stored") | F.col("_base")).select("rowId"))))
         delta = persist(delta.join(dirty, "rowId", "left_anti").select(*columns)
