@@ -48,6 +48,10 @@ class ReadOptions(Options):
     maxRecordsPerTrigger: PositiveInt | None = None
     #: Largest byte range one Spark task decodes.
     splitBytes: PositiveInt = 64 << 20
+    #: Fewest tasks a batch of small ranges is packed into (the job passes Spark's default
+    #: parallelism, so a trigger's many small tails keep every core busy); unset: packed by
+    #: ``splitBytes`` alone. Ranges are never cut to reach it.
+    minPartitions: PositiveInt | None = None
 
 
 @dataclass(frozen=True)
@@ -146,31 +150,48 @@ class _Planner:
             cuts = self.codec.split_points(self.opts.path, seg, a, b, self.opts.read.splitBytes)
             bounds = [a, *cuts, b]
             ranges.extend((seg.to_dict(), path, x, y, False) for x, y in zip(bounds, bounds[1:]))
-        return [InputPartition(task) for task in pack(ranges, self.opts.read.splitBytes)]
+        return [InputPartition(task) for task in pack(ranges, self.opts.read.splitBytes, self.opts.read.minPartitions)]
 
 
 #: What one more byte range costs a task, counted in bytes as Spark's
 #: ``spark.sql.files.openCostInBytes`` counts opening a file: packing by bytes alone would put
-#: thousands of tiny tails in one task. About what opening and decoding one small segment costs
-#: beyond its bytes (0.3 ms, at the native decoder's 1 GB/s; bench_many_topics.py).
-OPEN_COST_BYTES = 256 << 10
+#: thousands of tiny tails in one task. A range costs about 0.2-0.3 ms beyond its bytes (opening
+#: the file, a chunk's Arrow batch; twice with retry marking), while a byte costs a task the whole
+#: ingest's ~50-100 ns (decode, checks, Arrow to the JVM, Parquet): about 16 KiB. The cost was
+#: 256 KiB, the decoder's speed alone, which cut 10,000 segments of 64 KiB into 50 tasks instead
+#: of 13, and every task costs the ingest tens to hundreds of milliseconds (bench_many_topics.py,
+#: one warm session, alternated: 29.5-29.7 s against 24.6-26.4 s with 8-32 KiB).
+OPEN_COST_BYTES = 16 << 10
+#: The least a task is given when a batch is spread over ``minPartitions``: a micro-batch of a
+#: few small tails runs as one task (two tasks for one topic's two tails made its freshness
+#: worse, bench_stream.py: p95 2.60-2.86 s against 2.09-2.60 s), while a thousand queues' tails
+#: (about 16 MiB counted with their open costs) still fill two.
+MIN_TASK_BYTES = 4 << 20
 
 
-def pack(ranges: list[tuple], split_bytes: int) -> list[list[tuple]]:
+def pack(ranges: list[tuple], split_bytes: int, min_tasks: int | None = None) -> list[list[tuple]]:
     """Byte ranges into tasks of at most ``split_bytes`` (each range counted with
     :data:`OPEN_COST_BYTES`), in path order: a backlog of many small segments runs as a few
     tasks, not one task per file (each task costs tens of milliseconds), and the segments of one
     queue (topic partition) stay together, so a task writes one file per table partition it
     covers instead of a piece of every queue (9,094 files instead of about a thousand for 500
-    topics x 2 partitions).
+    topics x 2 partitions). With ``min_tasks``, a task holds no more than its share of the whole
+    (as Spark sizes file splits by ``totalBytes / defaultParallelism``) or
+    :data:`MIN_TASK_BYTES`, whichever is more, so the tails of a thousand queues still keep that
+    many cores busy.
 
-    >>> sizes = [pack([(None, "p", 0, n, False) for n in ns], 1 << 20) for ns in ([100] * 10, [6 << 20, 5 << 20])]
+    >>> sizes = [pack([(None, "p", 0, n, False) for n in ns], 64 << 10) for ns in ([10 << 10] * 10, [6 << 20, 5 << 20])]
     >>> [[len(task) for task in tasks] for tasks in sizes]
-    [[3, 3, 3, 1], [1, 1]]
+    [[2, 2, 2, 2, 2], [1, 1]]
+    >>> [[len(t) for t in pack([(None, "p", 0, 1 << 20, False)] * 10, 64 << 20, n)] for n in (None, 2)]
+    [[10], [5, 5]]
     """
     def size(r: tuple) -> int:
         return r[3] - r[2] if r[3] is not None else 0
 
+    if min_tasks:
+        whole = sum(size(r) + OPEN_COST_BYTES for r in ranges)
+        split_bytes = min(split_bytes, max(MIN_TASK_BYTES, -(-whole // min_tasks)))
     tasks: list[list[tuple]] = []
     current: list[tuple] = []
     used = 0

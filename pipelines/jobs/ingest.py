@@ -103,6 +103,7 @@ def source_reader(spark, settings: Settings, src: SourceSettings):
         .option("path", os.path.abspath(src.path))
         .option("maxBytesPerTrigger", src.maxBytesPerTrigger or settings.ingest.maxBytesPerTrigger)
         .option("splitBytes", settings.ingest.splitBytes)
+        .option("minPartitions", spark.sparkContext.defaultParallelism)
     )
     for key, value in src.codec_options().to_strings().items():
         reader = reader.option(key, value)

@@ -34,6 +34,19 @@ def test_small_segments_pack_into_few_tasks_a_queue_kept_together():
     assert [len(t) for t in pack([(None, "a", 0, 100 << 20, False), (None, "b", 0, 10, False)], 64 << 20)] == [1, 1]
 
 
+def test_the_tails_of_many_queues_keep_every_core_busy():
+    """A trigger's tails of a thousand queues (a few hundred bytes each) pack into one task by
+    bytes alone; with ``min_tasks`` (the job's default parallelism) into as many tasks, queues
+    still together, and a range is never cut to get there; a few tails stay one task."""
+    tails = _ranges(queues=1000, segments=1, size=300)
+    assert len(pack(tails, 64 << 20)) == 1
+    tasks = pack(tails, 64 << 20, min_tasks=2)
+    assert [len(t) for t in tasks] == [500, 500] and sorted(r for t in tasks for r in t) == sorted(tails)
+    assert len(pack(_ranges(queues=2, segments=1, size=300), 64 << 20, min_tasks=2)) == 1  # too little to split
+    assert len(pack(_ranges(queues=40, segments=10, size=64 << 10), 64 << 20, min_tasks=4)) == 4
+    assert len(pack([(None, "a", 0, 100 << 20, False)], 64 << 20, min_tasks=4)) == 1
+
+
 def test_a_task_over_many_small_segments_hands_spark_few_batches(tmp_path):
     ranges = []
     for q in range(6):
