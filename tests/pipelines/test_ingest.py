@@ -306,6 +306,7 @@ def test_batch_read_equals_the_codec_output(spark, tmp_path):
     [({"format": "nsq-ext"}, "option 'path'"), ({"path": "/x"}, "option 'format'"),
      ({"path": "/x", "format": "kafka"}, "format 'kafka' is not known"),
      ({"path": "/x", "format": "nsq-ext", "maxBytesPerTrigger": "-3"}, "maxbytespertrigger"),
+     ({"path": "/x", "format": "nsq-ext", "minPartitions": "0"}, "minpartitions"),
      ({"path": "/x", "format": "nsq-ext", "colour": "red"}, "unknown option")],
 )
 def test_source_option_errors_name_the_option(spark, options, message):
