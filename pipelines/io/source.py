@@ -160,7 +160,7 @@ class _Planner:
 #: ingest's ~50-100 ns (decode, checks, Arrow to the JVM, Parquet): about 16 KiB. The cost was
 #: 256 KiB, the decoder's speed alone, which cut 10,000 segments of 64 KiB into 50 tasks instead
 #: of 13, and every task costs the ingest tens to hundreds of milliseconds (bench_many_topics.py,
-#: one warm session, alternated: 29.5-29.7 s against 24.6-25.2 s with 16 KiB, 25.3-27.9 s with 8-32 KiB).
+#: one warm session, alternated: 29.5-29.7 s against 24.6-25.2 s with 16 KiB, 25.3-27.9 s with 8 or 32 KiB).
 OPEN_COST_BYTES = 16 << 10
 #: The least a task is given when a batch is spread over ``minPartitions``: a micro-batch of a
 #: few small tails runs as one task (two tasks for one topic's two tails made its freshness
