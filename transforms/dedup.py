@@ -17,7 +17,7 @@ matter: those never reach the table at all (idempotent writes).
 """
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, functions as F
+from pyspark.sql import Column, DataFrame, Window, functions as F
 
 RETRY_LOCATION = ("partition", "segment", "segmentPosition")
 
@@ -101,23 +101,29 @@ def decide_retries(keys: DataFrame, earlier: DataFrame, watermark_seconds: int,
         its size): the first copies are then found for those keys only and broadcast, so the
         batch's keys are not shuffled again. Without it, for every key.
     """
-    copies = _copies(keys, earlier)
-    if candidates is not None:
-        copies = copies.join(F.broadcast(candidates), _key_hash() == candidates["keyHash"], "left_semi")
-    firsts = copies.groupBy("dedupKey").agg(F.min("first").alias("first"))  # earliest store time, then location
-    if candidates is not None:
-        firsts = F.broadcast(firsts)
     first = F.col("first")
     is_self = (first["partition"] == F.col("partition")) & (first["segment"] == F.col("segment")) & (
         first["segmentPosition"] == F.col("segmentPosition")
     )
     within = F.col("storeTimestamp") <= first["ts"] + F.make_interval(secs=F.lit(watermark_seconds))
+    retry_of = F.when(first.isNotNull() & ~is_self & within,
+                      F.struct(*[first[c].alias(c) for c in RETRY_LOCATION])).alias("retryOf")
+    if candidates is None:
+        # Each key's first copy by a window over the copies, not an aggregate joined back: one
+        # partitioning of the copies, which inputs already in one partition each (a small batch's,
+        # coalesced) keep without any shuffle; the join's two sides were shuffled even then, as
+        # the batch's keys have no size estimate (4 Spark jobs -> 2 for a streaming trigger's batch).
+        mine = "_batchKey"
+        copies = (keys.select(*keys.columns, F.lit(True).alias(mine))
+                  .unionByName(earlier.select(*keys.columns, F.lit(False).alias(mine))))
+        by_key = Window.partitionBy("dedupKey")
+        return (copies.withColumn("first", F.min(_first(copies)).over(by_key))
+                .where(F.col(mine)).select(*keys.columns, retry_of))
+    copies = _copies(keys, earlier).join(F.broadcast(candidates), _key_hash() == candidates["keyHash"], "left_semi")
+    # Earliest store time, then location; broadcast back to the keys, which are not shuffled again.
+    firsts = F.broadcast(copies.groupBy("dedupKey").agg(F.min("first").alias("first")))
     # A key without a first copy here is not a candidate: it occurs once, so it is its own first.
-    return keys.join(firsts, on="dedupKey", how="left").select(
-        *keys.columns,
-        F.when(first.isNotNull() & ~is_self & within,
-               F.struct(*[first[c].alias(c) for c in RETRY_LOCATION])).alias("retryOf"),
-    )
+    return keys.join(firsts, on="dedupKey", how="left").select(*keys.columns, retry_of)
 
 
 def find_retries(keys: DataFrame, earlier: DataFrame, watermark_seconds: int) -> DataFrame:

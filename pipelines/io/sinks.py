@@ -72,9 +72,6 @@ class RunCounts:
 #: each), and for one of at most ``ONE_TASK_BATCH`` decides in one task (``DeltaSink._retries``).
 SMALL_BATCH = 200_000
 ONE_TASK_BATCH = 20_000
-#: A batch's retries, when no more than this many, go into its messages write as rows held by
-#: the driver (``DeltaSink.__call__``).
-LOCAL_RETRIES = 10_000
 #: A larger batch has the first copies of its repeated keys broadcast when its keys that may
 #: repeat (``transforms.dedup.repeat_candidates``) are no more than this many (each first copy
 #: about 150 bytes in the driver); otherwise its keys are shuffled to their first copies.
@@ -256,22 +253,21 @@ class DeltaSink:
         keys = self.plan.keys(df.observe(seen, *self.plan.metrics)).localCheckpoint(eager=True)
         return seen.get, keys
 
-    def _retries(self, keys: DataFrame, since, messages: int) -> DataFrame:
-        """The batch's keys with ``retryOf`` (``transforms.dedup.decide_retries``), kept: its keys
-        against themselves and the first copies stored within the watermark before the batch's
-        first store time (none when the batch holds no message).
+    def _retries(self, keys: DataFrame, since, messages: int, batch_id: int) -> tuple[DataFrame, int]:
+        """The batch's keys with ``retryOf`` (``transforms.dedup.decide_retries``), kept, and how
+        many of them are retries (observed as they are kept): its keys against themselves and the
+        first copies stored within the watermark before the batch's first store time (none when
+        the batch holds no message).
 
         A batch of at most ``small_batch`` messages has its keys broadcast to cut the window down
         to the first copies it can repeat: the window holds every first copy of the last
         ``watermark`` seconds, which the general plan shuffles whole on every batch. One of at most
         ``ONE_TASK_BATCH`` (a streaming trigger's usual load) is then decided in one task: the
-        window's rows and the keys each in one partition (coalesced, no shuffle) and joined by
-        merge, so the only other Spark job is the keys' broadcast. Measured (``local[2]``, keys /
-        first copies in the window, general plan -> this): 600 / 180K 0.46 -> 0.17 s, 600 / 2M
-        1.9 -> 0.24 s, 20K / 2M 2.1 -> 0.31 s, 200K / 2M 2.4 -> 0.64 s; at 200K / 180K, 0.61 vs
-        0.62 s, while one task there took 0.70 s. The one task's coalesced window and merge join
-        instead of a shuffle into one partition and a broadcast join: 350 keys against 180K first
-        copies in 21 pieces, 4 Spark jobs 0.42-0.62 s -> 2 jobs 0.28-0.30 s.
+        window's rows and the keys each in one partition (coalesced), so no shuffle, and the
+        only other Spark job is the keys' broadcast. Measured (``local[2]``, keys / first copies
+        in the window, general plan -> this): 600 / 180K 0.46 -> 0.17 s, 600 / 2M 1.9 -> 0.24 s,
+        20K / 2M 2.1 -> 0.31 s, 200K / 2M 2.4 -> 0.64 s; at 200K / 180K, 0.61 vs 0.62 s, while
+        one task there took 0.70 s.
 
         A larger batch first finds the few keys that may repeat (``repeat_candidates``, one hash
         aggregate); only their copies are grouped to their first, which is broadcast back to the
@@ -282,12 +278,17 @@ class DeltaSink:
         if messages <= self.small_batch:
             earlier = earlier.join(F.broadcast(keys.select("dedupKey")), "dedupKey", "left_semi")
             if messages <= ONE_TASK_BATCH:
-                earlier, keys = earlier.coalesce(1), keys.coalesce(1).hint("merge")
+                earlier, keys = earlier.coalesce(1), keys.coalesce(1)
         else:
             candidates = repeat_candidates(keys, earlier).localCheckpoint(eager=True)
             if candidates.count() > BROADCAST_REPEATS:
                 candidates = None
-        return decide_retries(keys, earlier, self.watermark, candidates).localCheckpoint(eager=True)
+        from pyspark.sql import Observation
+
+        found = Observation(f"msglake-retries-{batch_id}")
+        decided = (decide_retries(keys, earlier, self.watermark, candidates)
+                   .observe(found, F.count("retryOf").alias("retries")).localCheckpoint(eager=True))
+        return decided, found.get["retries"]
 
     def finish(self, spark) -> list[str]:
         """After the query stopped: leave the first copies kept for retry marking to the next run
@@ -342,13 +343,12 @@ class DeltaSink:
         self._check_failures(df, batch_id, counts)
         decided = retries = None
         if keys is not None:
-            decided = self._retries(keys, row["since"], counts.messages)
+            decided, found = self._retries(keys, row["since"], counts.messages, batch_id)
             retries = retries_of(decided)
-            found = retries.limit(LOCAL_RETRIES + 1).collect()
-            if len(found) <= LOCAL_RETRIES:
-                # Rows the plan holds: no Spark job to broadcast them, and none are usual (then
-                # the optimizer drops the join).
-                retries = keys.sparkSession.createDataFrame(found, retries.schema)
+            if not found:
+                # The usual case. An empty relation the optimizer sees as such: it drops the join,
+                # where kept rows (or rows the driver holds, an RDD too) cost a broadcast job.
+                retries = retries.limit(0)
         messages, quarantine = self.plan.split(df, batch_id, retries, self._reader_for(counts))
         if counts.messages:
             from pyspark.sql import Observation
