@@ -108,7 +108,7 @@ def test_first_copies_kept_between_batches_equal_the_tables_window(spark, tmp_pa
         # A merged piece keeps few partitions: a union keeps all of its parts', and a stream's
         # merges would otherwise grow one read of the pieces by a task per batch.
         parallelism = spark.sparkContext.defaultParallelism
-        assert firsts.pieces[0][1].rdd.getNumPartitions() <= max(parallelism, keys.rdd.getNumPartitions())
+        assert firsts.pieces[0].rows.rdd.getNumPartitions() <= max(parallelism, keys.rdd.getNumPartitions())
     assert firsts.reads == 1 and most == MAX_PIECES  # only the first batch read the table; merged once full
     # The kept copies are complete from ``low`` on: a window starting there uses them, one
     # starting a second earlier reads the table.
