@@ -72,6 +72,10 @@ class RunCounts:
 #: each), and for one of at most ``ONE_TASK_BATCH`` decides in one task (``DeltaSink._retries``).
 SMALL_BATCH = 200_000
 ONE_TASK_BATCH = 20_000
+#: A batch of at most this many segment bytes (one task's worth, ``source.MIN_TASK_BYTES``) is
+#: kept whole by its first pass, and written from those rows: decoding it again would cost the
+#: write a Python task, about 0.1 s however small the batch (a streaming trigger's usual load).
+KEEP_BATCH_BYTES = 4 << 20
 #: A larger batch has the first copies of its repeated keys broadcast when its keys that may
 #: repeat (``transforms.dedup.repeat_candidates``) are no more than this many (each first copy
 #: about 150 bytes in the driver); otherwise its keys are shuffled to their first copies.
@@ -244,14 +248,23 @@ class DeltaSink:
         """Append the batch's rows to ``table``; False when the batch was committed there before."""
         return self.writer.write(df, self.paths[table], batch_id)
 
-    def _first_pass(self, df: DataFrame, batch_id: int) -> tuple[dict, DataFrame]:
-        """One decode of the batch before anything is written: its metrics (observed on the way)
-        and the narrow rows retry marking needs (``transforms.dedup.retry_keys``), kept."""
+    def _first_pass(self, df: DataFrame, batch_id: int, keep: bool) -> tuple[dict, DataFrame | None, DataFrame]:
+        """One decode of the batch before anything is written: its metrics, the rows retry
+        marking needs (``transforms.dedup.retry_keys``; None when marking is off) and the batch
+        to write. With ``keep``, the batch's rows are kept (its keys and write read them);
+        otherwise only its keys are, and the write decodes the batch again."""
         from pyspark.sql import Observation
 
         seen = Observation(f"msglake-count-{batch_id}")
-        keys = self.plan.keys(df.observe(seen, *self.plan.metrics)).localCheckpoint(eager=True)
-        return seen.get, keys
+        observed = df.observe(seen, *self.plan.metrics)
+        if keep:
+            df = observed.localCheckpoint(eager=True)
+            keys = self.plan.keys(df) if self.watermark > 0 else None
+        elif self.watermark > 0:
+            keys = self.plan.keys(observed).localCheckpoint(eager=True)
+        else:
+            return self._count(df), None, df
+        return seen.get, keys, df
 
     def _retries(self, keys: DataFrame, since, messages: int, batch_id: int) -> tuple[DataFrame, int]:
         """The batch's keys with ``retryOf`` (``transforms.dedup.decide_retries``), kept, and how
@@ -324,21 +337,22 @@ class DeltaSink:
         levels = set(self.levels.values())
         return self.watermark > 0 or "fail" in levels or ("quarantine" in levels and self.raw_reader is None)
 
-    def __call__(self, df: DataFrame, batch_id: int) -> BatchCounts:
-        # No persist(): reading Spark's cache of these rows (big binary and map columns) costs
-        # more than decoding the segment bytes again (measured: 2.2x slower for the write).
-        # So the batch is decoded once for messages (counted on the way by observe), once more
-        # for quarantine rows only when there are some, and once before both when a count pass
-        # is needed (see _needs_count_pass); with retry marking on, that pass also keeps the
+    def __call__(self, df: DataFrame, batch_id: int, batch_bytes: int | None = None) -> BatchCounts:
+        """Write micro-batch ``batch_id``; ``batch_bytes``: the segment bytes it covers, when known
+        (a batch of at most ``KEEP_BATCH_BYTES`` is decoded once, see below)."""
+        # A large batch is not kept: reading Spark's copy of these rows (big binary and map
+        # columns) costs more than decoding the segment bytes again (measured: 2.2x slower for
+        # the write). So it is decoded once for messages (counted on the way by observe), once
+        # more for quarantine rows only when there are some, and once before both when a count
+        # pass is needed (see _needs_count_pass); with retry marking on, that pass also keeps the
         # batch's narrow retry keys, from which its retries are decided without another decode.
+        # A small batch's count pass keeps all its rows instead (KEEP_BATCH_BYTES).
         df = self.checked(df)
         counts = BatchCounts(batch_id)
         if not self._needs_count_pass():
             return self._write_observed(df, batch_id, counts)
-        if self.watermark > 0:
-            row, keys = self._first_pass(df, batch_id)
-        else:
-            row, keys = self._count(df), None
+        keep = batch_bytes is not None and batch_bytes <= KEEP_BATCH_BYTES
+        row, keys, df = self._first_pass(df, batch_id, keep)
         self._fill(counts, row)
         self._check_failures(df, batch_id, counts)
         decided = retries = None

@@ -243,14 +243,15 @@ class _LazySink:
             app_id = f"msglake-ingest:{self.source}:{cp.query_id(self.checkpoint)}"
             self._sink = DeltaSink(app_id, self.tables[MESSAGES_TABLE.name], self.tables[QUARANTINE_TABLE.name],
                                    self.counts, self.watermark, checkpoint=self.checkpoint, **self.quality)
+        # The offsets of this batch are in the checkpoint already (written before it ran).
+        end = cp.batch_offset(self.checkpoint, batch_id)
+        read_bytes = cp.bytes_moved(cp.batch_offset(self.checkpoint, batch_id - 1), end) if end else None
         try:
-            batch = self._sink(df, batch_id)
+            batch = self._sink(df, batch_id, read_bytes)
         except QualityRuleFailed as e:
             self.failure = e
             raise
-        # The offsets of this batch are in the checkpoint already (written before it ran).
-        end = cp.batch_offset(self.checkpoint, batch_id)
-        batch.read_bytes = cp.bytes_moved(cp.batch_offset(self.checkpoint, batch_id - 1), end) if end else 0
+        batch.read_bytes = read_bytes or 0
         batch.deleted = (end or {}).get("deleted", {})
         if self.offsets is not None:
             self.offsets.record()

@@ -130,10 +130,13 @@ def test_small_trigger_budget_runs_several_bounded_batches_with_the_same_result(
 
 
 # A streaming trigger's small batch has its retries decided by a plan of its own (keys broadcast,
-# one task); a larger one by the general plan. Both must mark the same rows. The first batch has
-# no retry (its write joins none), the others have some.
-@pytest.mark.parametrize("small_batch", [SMALL_BATCH, 0], ids=["small-batch plan", "general plan"])
-def test_retries_of_an_earlier_batch_of_the_same_run_are_marked_from_what_the_sink_kept(spark, tmp_path, small_batch):
+# one task) and is kept whole by its first pass (its bytes known and few); a larger one is decided
+# by the general plan and decoded again for its write. All must mark the same rows. The first
+# batch has no retry (its write joins none), the others have some.
+@pytest.mark.parametrize("small_batch,batch_bytes", [(SMALL_BATCH, None), (SMALL_BATCH, 1000), (0, None)],
+                         ids=["small-batch plan", "small-batch plan, kept whole", "general plan"])
+def test_retries_of_an_earlier_batch_of_the_same_run_are_marked_from_what_the_sink_kept(spark, tmp_path, small_batch,
+                                                                                        batch_bytes):
     from msglake.pipelines.io.catalog import ensure_table
     from msglake.schemas import LAKE_TABLES
 
@@ -151,7 +154,7 @@ def test_retries_of_an_earlier_batch_of_the_same_run_are_marked_from_what_the_si
     sink = DeltaSink("test-app", paths["messages"], paths["quarantine"], dedup_watermark_seconds=600,
                      small_batch=small_batch)
     for batch, (df, _) in enumerate(batches):
-        sink(df, batch)
+        sink(df, batch, batch_bytes)
     assert sink.firsts.reads == 1  # batches 1 and 2 decided from the first copies kept since batch 0
 
     got = table_keys(spark, paths["messages"])
