@@ -72,9 +72,9 @@ class RunCounts:
 #: each), and for one of at most ``ONE_TASK_BATCH`` decides in one task (``DeltaSink._retries``).
 SMALL_BATCH = 200_000
 ONE_TASK_BATCH = 20_000
-#: A batch of at most this many segment bytes (one task's worth, ``source.MIN_TASK_BYTES``) is
-#: kept whole by its first pass, and written from those rows: decoding it again would cost the
-#: write a Python task, about 0.1 s however small the batch (a streaming trigger's usual load).
+#: A batch of at most this many segment bytes (a streaming trigger's usual load) is kept whole by
+#: its first pass, and written from those rows: decoding it again would cost the write a Python
+#: task, about 0.1 s however small the batch; a larger one is decoded again (see ``__call__``).
 KEEP_BATCH_BYTES = 4 << 20
 #: A larger batch has the first copies of its repeated keys broadcast when its keys that may
 #: repeat (``transforms.dedup.repeat_candidates``) are no more than this many (each first copy
