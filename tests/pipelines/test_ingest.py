@@ -172,6 +172,40 @@ def test_retries_of_an_earlier_batch_of_the_same_run_are_marked_from_what_the_si
     assert [retry_of(2, gift), retry_of(2, gift_again)] == [None, (2, gift.segment, gift.position)]
 
 
+def test_a_batch_of_a_few_rows_per_table_partition_is_written_uncompressed(spark, tmp_path):
+    # Snappy's set-up per column of each file costs a file of a few rows more than it saves
+    # (TINY_FILE_BYTES): a batch spread over many queues writes its messages uncompressed; one
+    # whose files hold more keeps Snappy. Both are read back whole.
+    from msglake.pipelines.io.catalog import ensure_table
+    from msglake.schemas import LAKE_TABLES
+
+    settings = make_settings(tmp_path / "lake")
+    paths = {spec.name: ensure_table(spark, settings, spec) for spec in LAKE_TABLES}
+    sink = DeltaSink("test-app", paths["messages"], paths["quarantine"], dedup_watermark_seconds=600)
+    spread, bulk = tmp_path / "spread", tmp_path / "bulk"
+    for t in range(6):
+        for partition in range(2):
+            with NsqQueueWriter(str(spread), f"t{t}", partition) as w:
+                w.put(b"tiny %d/%d" % (t, partition))
+    with NsqQueueWriter(str(bulk), "bulk", 0) as w:
+        for i in range(300):
+            w.put(b"%05d" % i + b"x" * 200)
+    for batch, data in enumerate([spread, bulk]):
+        counts = sink(spark.read.format("msglake").option("format", "nsq-ext").option("path", str(data)).load(), batch)
+        assert counts.messages == (12, 300)[batch]
+
+    codecs = Counter()  # (topic is "bulk", codec) -> column chunks
+    for file in Path(paths["messages"]).rglob("*.parquet"):
+        meta = pq.ParquetFile(file).metadata.row_group(0)
+        codecs.update((file.parent.parent.name == "topic=bulk", meta.column(i).compression)
+                      for i in range(meta.num_columns))
+    assert {bulk for bulk, _ in codecs} == {False, True}
+    assert {codec for bulk, codec in codecs if not bulk} == {"UNCOMPRESSED"}
+    assert {codec for bulk, codec in codecs if bulk} == {"SNAPPY"}
+    rows = spark.read.format("delta").load(paths["messages"]).groupBy(F.col("topic") == "bulk").count().collect()
+    assert sorted(r["count"] for r in rows) == [12, 300]
+
+
 def test_a_later_run_starts_from_the_first_copies_the_last_run_left(spark, tmp_path):
     """A scheduled run marks retries of an earlier run's messages from the first copies that run
     left in its checkpoint, without reading the table; a run the index does not stand for, or an
