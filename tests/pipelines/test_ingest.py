@@ -204,6 +204,13 @@ def test_a_batch_of_a_few_rows_per_table_partition_is_written_uncompressed(spark
     assert {codec for bulk, codec in codecs if bulk} == {"SNAPPY"}
     rows = spark.read.format("delta").load(paths["messages"]).groupBy(F.col("topic") == "bulk").count().collect()
     assert sorted(r["count"] for r in rows) == [12, 300]
+    # `msglake optimize` rewrites them with the session's codec.
+    from msglake.pipelines.jobs.maintenance import optimize
+
+    optimize(spark, settings, ["messages"])
+    live = spark.read.format("delta").load(paths["messages"]).inputFiles()
+    assert len(live) == 13 and {pq.ParquetFile(f.removeprefix("file:")).metadata.row_group(0).column(0).compression
+                                for f in live} == {"SNAPPY"}
 
 
 def test_a_later_run_starts_from_the_first_copies_the_last_run_left(spark, tmp_path):
