@@ -150,7 +150,13 @@ def frame_chunk(buf, core=None, seg: SegmentInfo | None = None, store_host: str 
 
 
 def _framing(at: np.ndarray, pos: int, kind: str, bad: int) -> Framing:
-    lengths = np.diff(at, append=pos) - 4 if len(at) else np.zeros(0, np.int64)
+    # What np.diff(at, append=pos) - 4 gives, without its concatenation: a few microseconds,
+    # where np.diff took about 20 for each of a trigger's many small tails.
+    lengths = np.empty(len(at), np.int64)
+    if len(at):
+        np.subtract(at[1:], at[:-1], out=lengths[:-1])
+        lengths[-1] = pos - at[-1]
+        lengths -= 4
     return Framing(at, lengths, pos, kind, bad)
 
 
@@ -626,15 +632,17 @@ class NsqExtCodec(NativeCodec):
         quarantine row: a record that runs past ``end`` or a length prefix no writer
         produces means the bytes are corrupt, and they are quarantined with the reason.
         """
-        path = os.path.join(root, seg.path)
-        with open(path, "rb") as f:
+        # A file descriptor, not a file object: a trigger's many small tails each open their file,
+        # and Python's buffered file costs about 15 us more to open than the descriptor it wraps.
+        fd = os.open(os.path.join(root, seg.path), os.O_RDONLY)
+        try:
             if seg.whole_file:
-                yield from self._quarantine_file(f, seg, start, end)
+                yield from self._quarantine_file(fd, seg, start, end)
                 return
             pos, planned_end = start, end
             while pos < end:
                 want = min(end - pos, self.chunk_bytes)
-                data = self._read_chunk(f.fileno(), want, pos)
+                data = self._read_chunk(fd, want, pos)
                 if len(data) < want:  # the file shrank under us (rollback/truncation)
                     end = pos + len(data)
                     if not data:
@@ -647,8 +655,7 @@ class NsqExtCodec(NativeCodec):
                     # One record larger than the chunk: read exactly that record.
                     need = 4 + fr.bad_length
                     if pos + need <= end:
-                        f.seek(pos)
-                        data = f.read(need)
+                        data = os.pread(fd, need, pos)
                         chunk_end = pos + len(data)
                         fr, plain = frame_chunk(data, self._core, seg, self.store_host, pos)
                 qb = QuarantineBuilder(SOURCE_FORMAT, seg)
@@ -656,16 +663,14 @@ class NsqExtCodec(NativeCodec):
                                      plain)
                 next_pos = pos + fr.stop
                 if fr.stop_kind == "broken":
-                    f.seek(next_pos)
-                    qb.add(next_pos, f.read(end - next_pos),
+                    qb.add(next_pos, os.pread(fd, end - next_pos, next_pos),
                            f"invalid length prefix {fr.bad_length}: record framing is lost "
                            "from here to the end of committed data")
                     next_pos = end
                 elif fr.stop_kind == "incomplete" and (chunk_end == end or len(fr.positions) == 0):
                     # The range ends on a committed boundary, so a record that runs past it
                     # (or a cut length prefix) is corrupt, not pending.
-                    f.seek(next_pos)
-                    qb.add(next_pos, f.read(end - next_pos),
+                    qb.add(next_pos, os.pread(fd, end - next_pos, next_pos),
                            f"truncated record: {end - next_pos} bytes before the end of committed data"
                            + (f", length prefix says {fr.bad_length}" if fr.bad_length else ""))
                     next_pos = end
@@ -677,11 +682,12 @@ class NsqExtCodec(NativeCodec):
                 pos = next_pos
             if planned_end > end:
                 yield shrink_loss(SOURCE_FORMAT, seg, end, planned_end)
+        finally:
+            os.close(fd)
 
-    def _quarantine_file(self, f, seg: SegmentInfo, start: int, end: int) -> Iterator[DecodeResult]:
-        f.seek(start)
+    def _quarantine_file(self, fd: int, seg: SegmentInfo, start: int, end: int) -> Iterator[DecodeResult]:
         qb = QuarantineBuilder(SOURCE_FORMAT, seg)
-        data = f.read(end - start)
+        data = os.pread(fd, end - start, start)
         if data:
             qb.add(start, data, seg.problem or "unreadable file")
             yield DecodeResult(qb.build(), start + len(data), 0, len(data))
