@@ -80,12 +80,15 @@ KEEP_BATCH_BYTES = 4 << 20
 #: repeat (``transforms.dedup.repeat_candidates``) are no more than this many (each first copy
 #: about 150 bytes in the driver); otherwise its keys are shuffled to their first copies.
 BROADCAST_REPEATS = 200_000
-#: A batch whose messages come to fewer segment bytes than this per table partition it touches
-#: (a trigger spread over many topics: a few rows per file) writes its messages uncompressed.
-#: Snappy's set-up for each column of each file costs more than such a file's few rows: an append
-#: of 1,000 files of one row each (500 topics x 2 partitions, one task, warm, the two ways
-#: alternated in one session) took 1.45-1.52 s with Snappy and 1.17-1.23 s without, while such a
-#: file is mostly its footer either way. ``msglake optimize`` rewrites them compressed.
+#: A batch counted before its write (retry marking on, the default) whose messages come to fewer
+#: segment bytes than this per table partition it touches, and to at most ``KEEP_BATCH_BYTES`` in
+#: all (so that no large file of an uneven batch goes uncompressed), writes its messages
+#: uncompressed: a trigger spread over many topics writes a row or a few per file, and Snappy's
+#: set-up for each column of each file costs more than such a file's rows. An append of 1,000
+#: files of one row each (500 topics x 2 partitions, one task, warm, the two ways alternated in
+#: one session) took 1.45-1.52 s with Snappy and 1.17-1.23 s without, while such a file is mostly
+#: its footer either way. ``msglake optimize`` rewrites them with Snappy: it Z-orders ``messages``,
+#: which rewrites every file, even one alone in its partition.
 TINY_FILE_BYTES = 16 << 10
 _UNCOMPRESSED = {"compression": "uncompressed"}
 
@@ -333,7 +336,7 @@ class DeltaSink:
 
     def _count(self, df: DataFrame) -> dict:
         """The batch's metrics from a pass of its own."""
-        return df.agg(*self.plan.metrics).collect()[0].asDict()
+        return df.agg(*self.plan.metrics, self.plan.table_partitions).collect()[0].asDict()
 
     @staticmethod
     def _fill(counts: BatchCounts, row) -> None:
@@ -383,7 +386,8 @@ class DeltaSink:
             before = log_version(path)
             wrote = Observation(f"msglake-written-{batch_id}")
             spread = row.get("tablePartitions") or 1
-            options = _UNCOMPRESSED if counts.message_bytes < TINY_FILE_BYTES * spread else {}
+            tiny = counts.message_bytes <= KEEP_BATCH_BYTES and counts.message_bytes < TINY_FILE_BYTES * spread
+            options = _UNCOMPRESSED if tiny else {}
             if self._append(messages.observe(wrote, F.count(F.lit(1)).alias("rows")), MESSAGES_TABLE.name, batch_id,
                             **options):
                 written = wrote.get["rows"]
