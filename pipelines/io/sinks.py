@@ -147,9 +147,10 @@ class BatchPlan:
             R.first_held_rule().alias("rule"),
         ]
         self.no_rule = F.lit(None).cast("string").alias("rule")
-        #: About how many table partitions (topic, partition) the batch's messages go to.
-        self.table_partitions = F.approx_count_distinct(
-            F.when(self.decoded, F.struct("topic", "partition"))).alias("tablePartitions")
+        #: What a pass that counts the batch before its write takes: the metrics and about how
+        #: many table partitions (topic, partition) its messages go to (``TINY_FILE_BYTES``).
+        self.count_metrics = [*self.metrics, F.approx_count_distinct(
+            F.when(self.decoded, F.struct("topic", "partition"))).alias("tablePartitions")]
 
     def checked(self, df: DataFrame) -> DataFrame:
         """``df`` with the ``_checks`` column of the rules (``off`` ones not evaluated)."""
@@ -271,7 +272,7 @@ class DeltaSink:
         from pyspark.sql import Observation
 
         seen = Observation(f"msglake-count-{batch_id}")
-        observed = df.observe(seen, *self.plan.metrics, self.plan.table_partitions)
+        observed = df.observe(seen, *self.plan.count_metrics)
         if keep:
             df = observed.localCheckpoint(eager=True)
             keys = self.plan.keys(df) if self.watermark > 0 else None
@@ -336,7 +337,7 @@ class DeltaSink:
 
     def _count(self, df: DataFrame) -> dict:
         """The batch's metrics from a pass of its own."""
-        return df.agg(*self.plan.metrics, self.plan.table_partitions).collect()[0].asDict()
+        return df.agg(*self.plan.count_metrics).collect()[0].asDict()
 
     @staticmethod
     def _fill(counts: BatchCounts, row) -> None:
