@@ -11,15 +11,21 @@ stores two copies. Two rows are copies when they share a key:
 - else, for a message with a ``traceId``: topic + trace id + producer (``bornHost``) + body;
 - none for a broker-internal copy (``systemCopy``).
 
-Within ``watermark_seconds`` of the first copy's ``storeTimestamp``, later copies get
-``retryOf`` = the location of the first copy. Replays of the same record are a different
-matter: those never reach the table at all (idempotent writes).
+Within ``watermark_seconds`` of the first copy's ``storeTimestamp``, the other copies get
+``retryOf`` = the location of the first copy. The first copy is the earliest stored, except that
+a first copy already in the table stays first for the copies a later batch brings within the
+watermark of it, even those stored before it: queues read at different paces bring store times
+out of order, and a row once written is not changed, so ``WHERE retryOf IS NULL`` still keeps one
+copy of each message. Replays of the same record are a different matter: those never reach the
+table at all (idempotent writes).
 """
 from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame, Window, functions as F
 
 RETRY_LOCATION = ("partition", "segment", "segmentPosition")
+#: The columns of :func:`retry_keys`' rows (and of the first copies a batch is decided against).
+KEY_COLUMNS = ("dedupKey", "storeTimestamp", *RETRY_LOCATION)
 
 
 def dedup_key() -> Column:
@@ -43,8 +49,13 @@ def dedup_key() -> Column:
     )
 
 
-def _first(df: DataFrame) -> Column:
+def _claim() -> Column:
+    """A copy as the first of its key: the least claim (store time, then location) is the first."""
     return F.struct(F.col("storeTimestamp").alias("ts"), *[F.col(c) for c in RETRY_LOCATION])
+
+
+#: Marks the batch's own copies among those a retry is decided among (:func:`_copies`).
+_IN_BATCH = "_inBatch"
 
 
 def retry_keys(batch: DataFrame, key: Column | None = None) -> DataFrame:
@@ -53,15 +64,14 @@ def retry_keys(batch: DataFrame, key: Column | None = None) -> DataFrame:
     and decide without decoding the batch again. ``key``: a :func:`dedup_key` made before (a
     caller that plans many batches makes it once; each made costs JVM round trips)."""
     key = dedup_key() if key is None else key
-    return (batch.select(key.alias("dedupKey"), "storeTimestamp", *RETRY_LOCATION)
-            .where(F.col("dedupKey").isNotNull()))
+    return batch.select(key.alias("dedupKey"), *KEY_COLUMNS[1:]).where(F.col("dedupKey").isNotNull())
 
 
 def _copies(keys: DataFrame, earlier: DataFrame) -> DataFrame:
-    """Every copy a retry is decided among: (``dedupKey``, ``first``) of the batch's keys and of
-    the first copies before it."""
-    return (keys.select("dedupKey", _first(keys).alias("first"))
-            .unionByName(earlier.select("dedupKey", _first(earlier).alias("first"))))
+    """Every copy a retry is decided among: the batch's keys and the first copies before them
+    (:data:`KEY_COLUMNS` and :data:`_IN_BATCH`)."""
+    return (keys.withColumn(_IN_BATCH, F.lit(True))
+            .unionByName(earlier.select(*KEY_COLUMNS).withColumn(_IN_BATCH, F.lit(False))))
 
 
 def _key_hash() -> Column:
@@ -70,7 +80,7 @@ def _key_hash() -> Column:
 
 def repeat_candidates(keys: DataFrame, earlier: DataFrame) -> DataFrame:
     """``keyHash`` of the keys that may occur more than once among ``keys`` and ``earlier``
-    (parameters: :func:`decide_retries`): only those can have a retry, usually a small part of a
+    (parameters: :meth:`RetryRule.decide`): only those can have a retry, usually a small part of a
     batch. A superset of the repeated keys, as two keys may share a hash.
 
     Grouped by a 64-bit hash, not by the key with the first copy's location: that aggregate
@@ -80,60 +90,97 @@ def repeat_candidates(keys: DataFrame, earlier: DataFrame) -> DataFrame:
             .where(F.col("count") > 1).select("keyHash"))
 
 
-def decide_retries(keys: DataFrame, earlier: DataFrame, watermark_seconds: int,
-                   candidates: DataFrame | None = None) -> DataFrame:
-    """``keys`` (:func:`retry_keys` of a batch) with ``retryOf``: the location of the first copy
-    for a retry, null for a first copy. One plan gives a caller both the batch's retries and its
-    first copies.
+class RetryRule:
+    """How a batch's retries are decided (:meth:`decide`), its column expressions made
+    once: each pyspark function call is a JVM round trip or more, and a streaming sink decides
+    every micro-batch (made per batch, they cost it about 200 round trips, ~0.05 s).
+
+    A copy's first copy: the earliest first copy already in the table within the watermark of
+    it, before or after it; else the earliest of the batch's copies of its key that have none.
+    A copy in the table is not changed, so it stays the first even of copies stored before it.
+    Another copy within the watermark of its first copy (either way) is a retry of it.
 
     Parameters
     ----------
-    keys : DataFrame
-        The batch's rows with a key (``dedupKey``, ``storeTimestamp``, location).
-    earlier : DataFrame
-        First copies already in the table: ``dedupKey``, ``storeTimestamp`` and the
-        location columns, for keys that may repeat in the batch (the caller limits it to the
-        watermark window).
     watermark_seconds : int
-        How long after a first copy a later one still counts as its retry.
-    candidates : DataFrame, optional
-        :func:`repeat_candidates` of the same keys, small enough to broadcast (the caller knows
-        its size): the first copies are then found for those keys only and broadcast, so the
-        batch's keys are not shuffled again. Without it, for every key.
+        How far from a first copy's store time (after it, or before a first copy already in the
+        table) another copy still counts as its retry.
     """
-    first = F.col("first")
-    is_self = (first["partition"] == F.col("partition")) & (first["segment"] == F.col("segment")) & (
-        first["segmentPosition"] == F.col("segmentPosition")
-    )
-    within = F.col("storeTimestamp") <= first["ts"] + F.make_interval(secs=F.lit(watermark_seconds))
-    retry_of = F.when(first.isNotNull() & ~is_self & within,
-                      F.struct(*[first[c].alias(c) for c in RETRY_LOCATION])).alias("retryOf")
-    if candidates is None:
-        # Each key's first copy by a window over the copies, not an aggregate joined back: one
-        # partitioning of the copies, which inputs already in one partition each (a small batch's,
-        # coalesced) keep without any shuffle; the join's two sides were shuffled even then, as
-        # the batch's keys have no size estimate (4 Spark jobs -> 2 for a streaming trigger's batch).
-        mine = "_batchKey"
-        copies = (keys.select(*keys.columns, F.lit(True).alias(mine))
-                  .unionByName(earlier.select(*keys.columns, F.lit(False).alias(mine))))
+
+    def __init__(self, watermark_seconds: int):
+        self.watermark_seconds = watermark_seconds
+        watermark = F.make_interval(secs=F.lit(watermark_seconds))
         by_key = Window.partitionBy("dedupKey")
-        return (copies.withColumn("first", F.min(_first(copies)).over(by_key))
-                .where(F.col(mine)).select(*keys.columns, retry_of))
-    copies = _copies(keys, earlier).join(F.broadcast(candidates), _key_hash() == candidates["keyHash"], "left_semi")
-    # Earliest store time, then location; broadcast back to the keys, which are not shuffled again.
-    firsts = F.broadcast(copies.groupBy("dedupKey").agg(F.min("first").alias("first")))
-    # A key without a first copy here is not a candidate: it occurs once, so it is its own first.
-    return keys.join(firsts, on="dedupKey", how="left").select(*keys.columns, retry_of)
+        mine, ts = F.col(_IN_BATCH), F.col("storeTimestamp")
+        claim = F.struct(ts.alias("ts"), *[F.col(c) for c in RETRY_LOCATION])  # the least is the first
+        self._mine = mine
+        # The first copies of a key in the table: a few at most (one per watermark they span).
+        self._stored = F.collect_list(F.when(~mine, claim)).over(by_key)  # collect_list skips nulls
+        self._near = F.array_min(F.filter("_stored", lambda c: c["ts"].between(ts - watermark, ts + watermark)))
+        self._first = F.coalesce(F.col("_near"), F.min(F.when(mine & F.col("_near").isNull(), claim)).over(by_key))
+        first = F.col("first")
+        is_self = (first["partition"] == F.col("partition")) & (first["segment"] == F.col("segment")) & (
+            first["segmentPosition"] == F.col("segmentPosition")
+        )
+        within = ts.between(first["ts"] - watermark, first["ts"] + watermark)
+        retry_of = F.when(first.isNotNull() & ~is_self & within,
+                          F.struct(*[first[c].alias(c) for c in RETRY_LOCATION])).alias("retryOf")
+        self._decided = [*[F.col(c) for c in KEY_COLUMNS], retry_of]
+        self._located = [*[F.col(c) for c in RETRY_LOCATION], first]
+        self._retry, self._first_copy = F.col("retryOf").isNotNull(), F.col("retryOf").isNull()
+        self._retries = [*[F.col(c) for c in RETRY_LOCATION], F.col("retryOf")]
+        self._keys = [F.col(c) for c in KEY_COLUMNS]
+        self._key_hash = _key_hash()
+
+    def _with_first(self, copies: DataFrame) -> DataFrame:
+        """The batch's rows of ``copies`` (:func:`_copies`) with their first copy, ``first``."""
+        return (copies.withColumn("_stored", self._stored).withColumn("_near", self._near)
+                .withColumn("first", self._first).where(self._mine))
+
+    def decide(self, keys: DataFrame, earlier: DataFrame, candidates: DataFrame | None = None) -> DataFrame:
+        """``keys`` (:func:`retry_keys` of a batch) with ``retryOf``: the location of the first
+        copy for a retry, null for a first copy. One plan gives a caller both the batch's retries
+        and its first copies.
+
+        Parameters
+        ----------
+        keys : DataFrame
+            The batch's rows with a key (:data:`KEY_COLUMNS`).
+        earlier : DataFrame
+            First copies already in the table (:data:`KEY_COLUMNS`), for keys that may repeat in
+            the batch (the caller limits it to the watermark window). They stay first copies.
+        candidates : DataFrame, optional
+            :func:`repeat_candidates` of the same keys, small enough to broadcast (the caller
+            knows its size): the first copies are then found for those keys only and broadcast,
+            so the batch's keys are not shuffled again. Without it, for every key.
+        """
+        if candidates is None:
+            # Each key's first copy by a window over the copies, not an aggregate joined back:
+            # one partitioning of the copies, which inputs already in one partition each (a small
+            # batch's, coalesced) keep without any shuffle; the join's two sides were shuffled
+            # even then, as the batch's keys have no size estimate (4 Spark jobs -> 2 for a
+            # streaming trigger's batch).
+            return self._with_first(_copies(keys, earlier)).select(*self._decided)
+        copies = _copies(keys, earlier).join(F.broadcast(candidates), self._key_hash == candidates["keyHash"],
+                                             "left_semi")
+        # Broadcast back to the keys by their location, so the keys are not shuffled again.
+        firsts = F.broadcast(self._with_first(copies).select(*self._located))
+        # A key without a first copy here is not a candidate: it occurs once, so it is its own first.
+        return keys.join(firsts, on=list(RETRY_LOCATION), how="left").select(*self._decided)
+
+    def retries(self, decided: DataFrame) -> DataFrame:
+        """The retries of :meth:`decide`'s rows, as :func:`mark_retries` takes them."""
+        return decided.where(self._retry).select(*self._retries)
+
+    def firsts(self, decided: DataFrame) -> DataFrame:
+        """The first copies of :meth:`decide`'s rows, as :func:`retry_keys` gives them."""
+        return decided.where(self._first_copy).select(*self._keys)
 
 
 def find_retries(keys: DataFrame, earlier: DataFrame, watermark_seconds: int) -> DataFrame:
-    """The retries among ``keys``: their location and ``retryOf`` (parameters: :func:`decide_retries`)."""
-    return retries_of(decide_retries(keys, earlier, watermark_seconds))
-
-
-def retries_of(decided: DataFrame) -> DataFrame:
-    """The retries of :func:`decide_retries`'s rows, as :func:`mark_retries` takes them."""
-    return decided.where(F.col("retryOf").isNotNull()).select(*RETRY_LOCATION, "retryOf")
+    """The retries among ``keys``: their location and ``retryOf`` (parameters: :meth:`RetryRule.decide`)."""
+    rule = RetryRule(watermark_seconds)
+    return rule.retries(rule.decide(keys, earlier))
 
 
 def mark_retries(batch: DataFrame, retries: DataFrame, key: Column | None = None) -> DataFrame:

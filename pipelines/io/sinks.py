@@ -23,8 +23,7 @@ from msglake.schemas import MESSAGES_TABLE, QUARANTINE_TABLE
 from msglake.schemas.messages import DECODED_SCHEMA, DEDUP, DERIVED
 from msglake.schemas.quarantine import QUARANTINE_DETAIL, QUARANTINE_LOCATION
 from msglake.schemas.spark import to_spark
-from msglake.transforms.dedup import (decide_retries, dedup_key, mark_retries, repeat_candidates, retries_of,
-                                      retry_keys)
+from msglake.transforms.dedup import RetryRule, dedup_key, mark_retries, repeat_candidates, retry_keys
 
 
 @dataclass
@@ -283,7 +282,7 @@ class DeltaSink:
         return seen.get, keys, df
 
     def _retries(self, keys: DataFrame, since, messages: int, batch_id: int) -> tuple[DataFrame, int]:
-        """The batch's keys with ``retryOf`` (``transforms.dedup.decide_retries``), kept, and how
+        """The batch's keys with ``retryOf`` (``transforms.dedup.RetryRule``), kept, and how
         many of them are retries (observed as they are kept): its keys against themselves and the
         first copies stored within the watermark before the batch's first store time (none when
         the batch holds no message).
@@ -315,7 +314,7 @@ class DeltaSink:
         from pyspark.sql import Observation
 
         found = Observation(f"msglake-retries-{batch_id}")
-        decided = (decide_retries(keys, earlier, self.watermark, candidates)
+        decided = (self.retry_rule.decide(keys, earlier, candidates)
                    .observe(found, F.count("retryOf").alias("retries")).localCheckpoint(eager=True))
         return decided, found.get["retries"]
 
@@ -330,6 +329,11 @@ class DeltaSink:
     def plan(self) -> BatchPlan:
         """The batches' column expressions (made on first use: they need a running Spark)."""
         return BatchPlan(self.rules, self.levels)
+
+    @cached_property
+    def retry_rule(self) -> RetryRule:
+        """How the batches' retries are decided, its expressions made once (on first use)."""
+        return RetryRule(self.watermark)
 
     def checked(self, df: DataFrame) -> DataFrame:
         """``df`` with the ``_checks`` column of this sink's rules (``off`` ones not evaluated)."""
@@ -374,7 +378,7 @@ class DeltaSink:
         decided = retries = None
         if keys is not None:
             decided, found = self._retries(keys, row["since"], counts.messages, batch_id)
-            retries = retries_of(decided)
+            retries = self.retry_rule.retries(decided)
             if not found:
                 # The usual case. An empty relation the optimizer sees as such: it drops the join,
                 # where kept rows (or rows the driver holds, an RDD too) cost a broadcast job.
@@ -399,7 +403,7 @@ class DeltaSink:
                     counts.quarantined = max(counts.quarantined, 1)
                     before = None  # nor are its keys what the table holds
                 if decided is not None:
-                    firsts = decided.where(F.col("retryOf").isNull()).select(*keys.columns)
+                    firsts = self.retry_rule.firsts(decided)
                     self.firsts.wrote(firsts, row["since"], row["newest"], before, log_version(path))
         if counts.quarantined:
             self._append(quarantine, QUARANTINE_TABLE.name, batch_id)

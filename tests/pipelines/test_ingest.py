@@ -172,6 +172,38 @@ def test_retries_of_an_earlier_batch_of_the_same_run_are_marked_from_what_the_si
     assert [retry_of(2, gift), retry_of(2, gift_again)] == [None, (2, gift.segment, gift.position)]
 
 
+@pytest.mark.parametrize("small_batch,batch_bytes", [(SMALL_BATCH, None), (SMALL_BATCH, 1000), (0, None)],
+                         ids=["small-batch plan", "small-batch plan, kept whole", "general plan"])
+def test_a_copy_stored_before_the_first_copy_in_the_table_is_its_retry(spark, tmp_path, small_batch, batch_bytes):
+    # Queues read at different paces bring store times out of order: a producer's retry, stored
+    # in partition 1 at +5 s, is written by batch 0 as the first copy; the copy it repeats, stored
+    # in partition 0 at +3 s (and that one's own retry at +4 s), comes in batch 1. The table must
+    # not get a second first copy: `WHERE retryOf IS NULL` keeps one copy of each message.
+    from msglake.pipelines.io.catalog import ensure_table
+    from msglake.schemas import LAKE_TABLES
+
+    settings = make_settings(tmp_path / "lake")
+    paths = {spec.name: ensure_table(spark, settings, spec) for spec in LAKE_TABLES}
+    header = {"##trace_id": "4242", "bornHost": "10.9.9.9:5000"}
+    sink = DeltaSink("test-app", paths["messages"], paths["quarantine"], dedup_watermark_seconds=600,
+                     small_batch=small_batch)
+    placed = []
+    for partition, seconds in [(1, [5]), (0, [3, 4, 700])]:
+        data = tmp_path / f"nsq{partition}"
+        with NsqQueueWriter(str(data), "orders", partition) as w:
+            placed.append([w.put(b"paid", header=header, timestamp_ns=BASE_NS + s * 10**9) for s in seconds])
+        sink(spark.read.format("msglake").option("format", "nsq-ext").option("path", str(data)).load(),
+             len(placed) - 1, batch_bytes)
+    [[later], [earlier, its_retry, much_later]] = placed
+
+    got = table_keys(spark, paths["messages"])
+    first = (1, later.segment, later.position)
+    assert got[("orders", *first)].retryOf is None
+    assert [tuple(got[("orders", 0, r.segment, r.position)].retryOf) for r in (earlier, its_retry)] == [first, first]
+    # More than the watermark after the first copy: a message of its own again.
+    assert got[("orders", 0, much_later.segment, much_later.position)].retryOf is None
+
+
 def test_a_batch_of_a_few_rows_per_table_partition_is_written_uncompressed(spark, tmp_path):
     # Snappy's set-up per column of each file costs a file of a few rows more than it saves
     # (TINY_FILE_BYTES): a batch spread over many queues writes its messages uncompressed; one

@@ -59,6 +59,28 @@ def test_a_first_copy_already_in_the_table_wins(spark):
     assert out[0].dedupKey == out[1].dedupKey and len(out[0].dedupKey) == 64
 
 
+def test_a_copy_stored_before_the_first_copy_in_the_table_is_its_retry(spark):
+    # Store times out of order across batches: the copy already written stays the first copy.
+    original = rows(spark, [("t", 1, "old", 4, at(10), None, "7", "h:1", b"a", 0, False)])
+    earlier = original.select(dedup_key().alias("dedupKey"), "storeTimestamp", "partition", "segment", "segmentPosition")
+    batch = rows(spark, [("t", 0, "new", 0, at(3), None, "7", "h:1", b"a", 0, False),
+                         ("t", 0, "new", 40, at(4), None, "7", "h:1", b"a", 0, False),
+                         ("t", 0, "new", 80, at(-700), None, "7", "h:1", b"a", 0, False)])  # beyond the watermark
+    out = mark_producer_retries(batch, earlier, 600).orderBy("segmentPosition").collect()
+    assert [tuple(r.retryOf) if r.retryOf else None for r in out] == [(1, "old", 4), (1, "old", 4), None]
+
+
+def test_a_first_copy_in_the_table_far_from_the_batchs_copies_leaves_them_to_each_other(spark):
+    # The first copy in the table is more than the watermark after the batch's copies of the key:
+    # they are a message of their own, the later one the earlier one's retry.
+    original = rows(spark, [("t", 1, "old", 4, at(400), None, "7", "h:1", b"a", 0, False)])
+    earlier = original.select(dedup_key().alias("dedupKey"), "storeTimestamp", "partition", "segment", "segmentPosition")
+    batch = rows(spark, [("t", 0, "new", 0, at(-300), None, "7", "h:1", b"a", 0, False),
+                         ("t", 0, "new", 40, at(-250), None, "7", "h:1", b"a", 0, False)])
+    out = mark_producer_retries(batch, earlier, 600).orderBy("segmentPosition").collect()
+    assert [tuple(r.retryOf) if r.retryOf else None for r in out] == [None, (0, "new", 0)]
+
+
 def test_members_of_a_batch_send_are_not_each_others_retries(spark):
     # The broker appends the batch's UNIQ_KEY after each member's own: uniqueId (the last) is the
     # same for all; producerUniqueId (the first) tells them apart. A real retry repeats both.
@@ -80,7 +102,7 @@ def test_members_of_a_batch_send_are_not_each_others_retries(spark):
 def test_deciding_among_the_repeat_candidates_only_marks_the_same_rows(spark):
     # The ingest sink decides a large batch's retries among the keys repeat_candidates names (by
     # a 64-bit hash, so possibly more than repeat): the same rows as over every key.
-    from msglake.transforms.dedup import decide_retries, repeat_candidates, retry_keys
+    from msglake.transforms.dedup import RetryRule, repeat_candidates, retry_keys
 
     earlier_rows = rows(spark, [("t", 0, "old", 4, at(0), None, "7", "h:1", b"a", 0, False),
                                 ("t", 0, "old", 8, at(1), None, "8", "h:1", b"a", 0, False)])
@@ -94,8 +116,9 @@ def test_deciding_among_the_repeat_candidates_only_marks_the_same_rows(spark):
     ]))
     candidates = repeat_candidates(keys, earlier)
     every_key = keys.select(F.xxhash64("dedupKey").alias("keyHash")).distinct()  # a superset
-    expected = decide_retries(keys, earlier, 600)
+    rule = RetryRule(600)
+    expected = rule.decide(keys, earlier)
     assert candidates.count() == 3
     assert sorted(r.segmentPosition for r in expected.where("retryOf is not null").collect()) == [0, 40]
     for narrowed in (candidates, every_key):
-        assert_df_equality(decide_retries(keys, earlier, 600, narrowed), expected, ignore_row_order=True)
+        assert_df_equality(rule.decide(keys, earlier, narrowed), expected, ignore_row_order=True)
