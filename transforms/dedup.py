@@ -49,11 +49,6 @@ def dedup_key() -> Column:
     )
 
 
-def _claim() -> Column:
-    """A copy as the first of its key: the least claim (store time, then location) is the first."""
-    return F.struct(F.col("storeTimestamp").alias("ts"), *[F.col(c) for c in RETRY_LOCATION])
-
-
 #: Marks the batch's own copies among those a retry is decided among (:func:`_copies`).
 _IN_BATCH = "_inBatch"
 
@@ -148,7 +143,9 @@ class RetryRule:
             The batch's rows with a key (:data:`KEY_COLUMNS`).
         earlier : DataFrame
             First copies already in the table (:data:`KEY_COLUMNS`), for keys that may repeat in
-            the batch (the caller limits it to the watermark window). They stay first copies.
+            the batch: those stored from the batch's first store time minus the watermark on,
+            later ones included (a copy stored before one of those is its retry). They stay first
+            copies.
         candidates : DataFrame, optional
             :func:`repeat_candidates` of the same keys, small enough to broadcast (the caller
             knows its size): the first copies are then found for those keys only and broadcast,

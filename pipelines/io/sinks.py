@@ -284,7 +284,7 @@ class DeltaSink:
     def _retries(self, keys: DataFrame, since, messages: int, batch_id: int) -> tuple[DataFrame, int]:
         """The batch's keys with ``retryOf`` (``transforms.dedup.RetryRule``), kept, and how
         many of them are retries (observed as they are kept): its keys against themselves and the
-        first copies stored within the watermark before the batch's first store time (none when
+        first copies stored from the batch's first store time minus the watermark on (none when
         the batch holds no message).
 
         A batch of at most ``small_batch`` messages has its keys broadcast to cut the window down

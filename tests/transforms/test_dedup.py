@@ -81,6 +81,27 @@ def test_a_first_copy_in_the_table_far_from_the_batchs_copies_leaves_them_to_eac
     assert [tuple(r.retryOf) if r.retryOf else None for r in out] == [None, (0, "new", 0)]
 
 
+def test_a_batch_decided_again_with_its_own_first_copies_in_the_table_marks_the_same_rows(spark):
+    # A batch replayed after a crash finds its own first copies among those in the table (kept
+    # by the sink after the write, the checkpoint not yet moved): none is a retry of itself.
+    from msglake.transforms.dedup import RetryRule, retry_keys
+
+    batch = rows(spark, [("t", 0, "new", 0, at(10), None, "7", "h:1", b"a", 0, False),
+                         ("t", 0, "new", 40, at(12), None, "7", "h:1", b"a", 0, False),
+                         ("t", 0, "new", 80, at(700), None, "7", "h:1", b"a", 0, False)])
+    rule, keys = RetryRule(600), retry_keys(batch)
+    first_run = rule.decide(keys, keys.limit(0))
+    again = rule.decide(keys, rule.firsts(first_run))
+    marked = [(r.segmentPosition, r.retryOf.segmentPosition if r.retryOf else None)
+              for r in again.orderBy("segmentPosition").collect()]
+    assert marked == [(0, None), (40, 0), (80, None)]
+    assert_df_equality(again, first_run, ignore_row_order=True)
+    # A later copy within the watermark of both first copies (690 s apart) is the earlier one's retry.
+    later = retry_keys(rows(spark, [("t", 1, "next", 0, at(380), None, "7", "h:1", b"a", 0, False)]))
+    [r] = rule.decide(later, rule.firsts(first_run)).collect()
+    assert (r.retryOf.segment, r.retryOf.segmentPosition) == ("new", 0)
+
+
 def test_members_of_a_batch_send_are_not_each_others_retries(spark):
     # The broker appends the batch's UNIQ_KEY after each member's own: uniqueId (the last) is the
     # same for all; producerUniqueId (the first) tells them apart. A real retry repeats both.
@@ -105,7 +126,8 @@ def test_deciding_among_the_repeat_candidates_only_marks_the_same_rows(spark):
     from msglake.transforms.dedup import RetryRule, repeat_candidates, retry_keys
 
     earlier_rows = rows(spark, [("t", 0, "old", 4, at(0), None, "7", "h:1", b"a", 0, False),
-                                ("t", 0, "old", 8, at(1), None, "8", "h:1", b"a", 0, False)])
+                                ("t", 0, "old", 8, at(1), None, "8", "h:1", b"a", 0, False),
+                                ("t", 0, "old", 12, at(50), None, "10", "h:1", b"a", 0, False)])
     earlier = retry_keys(earlier_rows)
     keys = retry_keys(rows(spark, [
         ("t", 0, "new", 0, at(30), None, "7", "h:1", b"a", 0, False),    # retry of old@4
@@ -113,12 +135,14 @@ def test_deciding_among_the_repeat_candidates_only_marks_the_same_rows(spark):
         ("t", 1, "new", 40, at(32), None, "9", "h:1", b"a", 0, False),   # ... and its retry
         ("t", 0, "new", 90, at(900), None, "8", "h:1", b"a", 0, False),  # past old@8's watermark
         ("t", 0, "new", 120, at(33), "U1", None, None, b"x", 0, False),  # once only
+        ("t", 1, "new", 80, at(20), None, "10", "h:1", b"a", 0, False),  # stored before old@12: its retry
     ]))
     candidates = repeat_candidates(keys, earlier)
     every_key = keys.select(F.xxhash64("dedupKey").alias("keyHash")).distinct()  # a superset
     rule = RetryRule(600)
     expected = rule.decide(keys, earlier)
-    assert candidates.count() == 3
-    assert sorted(r.segmentPosition for r in expected.where("retryOf is not null").collect()) == [0, 40]
+    assert candidates.count() == 4
+    assert sorted((r.partition, r.segmentPosition) for r in expected.where("retryOf is not null").collect()) == [
+        (0, 0), (1, 40), (1, 80)]
     for narrowed in (candidates, every_key):
         assert_df_equality(rule.decide(keys, earlier, narrowed), expected, ignore_row_order=True)
