@@ -103,7 +103,6 @@ class RetryRule:
     """
 
     def __init__(self, watermark_seconds: int):
-        self.watermark_seconds = watermark_seconds
         watermark = F.make_interval(secs=F.lit(watermark_seconds))
         by_key = Window.partitionBy("dedupKey")
         mine, ts = F.col(_IN_BATCH), F.col("storeTimestamp")
@@ -120,11 +119,11 @@ class RetryRule:
         within = ts.between(first["ts"] - watermark, first["ts"] + watermark)
         retry_of = F.when(first.isNotNull() & ~is_self & within,
                           F.struct(*[first[c].alias(c) for c in RETRY_LOCATION])).alias("retryOf")
-        self._decided = [*[F.col(c) for c in KEY_COLUMNS], retry_of]
+        self._keys = [F.col(c) for c in KEY_COLUMNS]
+        self._decided = [*self._keys, retry_of]
         self._located = [*[F.col(c) for c in RETRY_LOCATION], first]
         self._retry, self._first_copy = F.col("retryOf").isNotNull(), F.col("retryOf").isNull()
         self._retries = [*[F.col(c) for c in RETRY_LOCATION], F.col("retryOf")]
-        self._keys = [F.col(c) for c in KEY_COLUMNS]
         self._key_hash = _key_hash()
 
     def _with_first(self, copies: DataFrame) -> DataFrame:

@@ -3,8 +3,9 @@
 Retry marking (``transforms.dedup.RetryRule``) needs the first copies stored from a batch's first
 store time minus the watermark on, later ones included (a copy stored before one of those is its
 retry). Reading them from the table costs each batch a Delta snapshot, its file filtering and a
-scan (about 0.6 s of a small micro-batch here). The ingest sink is usually the table's only writer, so it keeps what it needs instead: the window
-it read once, plus the first copies each of its batches wrote, as checkpointed pieces.
+scan (about 0.6 s of a small micro-batch here). The ingest sink is usually the table's only
+writer, so it keeps what it needs instead: the window it read once, plus the first copies each
+of its batches wrote, as checkpointed pieces.
 
 They stand for the table only while the table has no commit but the sink's own (its log's
 newest version is the one the sink's last write made) and the batch's window starts where
