@@ -163,6 +163,7 @@ def build_session(settings: Settings, app_name: str | None = None, master: str |
     from msglake.pipelines import class_archive
     from msglake.pipelines.io.catalog import register_tables
     from msglake.pipelines.io.source import MsglakeDataSource
+    from msglake.pipelines.jvm_names import remember_names
 
     # The hostname resolves oddly on some machines: keep Spark on loopback unless told otherwise.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -221,6 +222,7 @@ def build_session(settings: Settings, app_name: str | None = None, master: str |
             spark = builder.getOrCreate()
     else:
         spark = builder.getOrCreate()
+    remember_names(spark)
     spark.sparkContext.setLogLevel("WARN")
     _quiet_query_context_loggers()
     if not submitted() and not is_local(master):
