@@ -3,15 +3,18 @@
 py4j resolves a name by asking the JVM every time: ``F.col("x")`` is one round trip to find
 ``org.apache.spark.sql.functions``, one to learn that ``col`` is a method of it, and only then
 the call. PySpark names ``functions``, ``PythonUtils`` and ``PythonSQLUtils`` by their simple
-names, which the JVM looks up in the default package and then in each of PySpark's imported
-packages before it finds them: every miss a search of the whole class path (about 280 jars),
-as class loaders remember no misses. A warm replay of the seven-message worked example made
-3,300 such lookups (of ~10,400 round trips), about 0.7 s of its 4 s.
+names, which the JVM first looks up in the default package (and the last two in several of
+PySpark's imported packages) before it finds them: every miss a search of the whole class path
+(about 280 jars), as class loaders remember no misses. A warm replay of the seven-message
+worked example made 3,300 such lookups (of ~10,400 round trips), about 0.7 s of its 4 s.
 
-What a name resolves to cannot change while the JVM runs, so the view installed here asks
-once per name: a class the first time it is named, a static method the first time it is got
-from its class. Static fields are values and are asked for every time, and so are packages
-and names that do not resolve (nothing is remembered for them).
+The classes and methods of a running JVM do not change, so the view installed here asks once
+per name: a class the first time it is named, a static method the first time it is got from
+its class. Static fields are values and are asked for every time, and so are packages and
+names that do not resolve (nothing is remembered for them). One thing can change what a
+simple name means: a ``java_import`` on this view after a class was remembered under that
+name (PySpark's own later imports add no class it names this way); code that imports more
+should name classes in full.
 """
 from __future__ import annotations
 
