@@ -118,17 +118,17 @@ def conform(messages: DataFrame) -> DataFrame:
         "sourceFormat": "string", "segment": "string", "segmentPosition": "bigint", "partition": "int",
         "producerUniqueId": "string",
     }
-    for name, kind in optional.items():
-        if name not in messages.columns:
-            messages = messages.withColumn(name, F.lit(None).cast(kind))
-    return (
-        messages.withColumn("properties", F.coalesce("properties", F.create_map().cast("map<string,string>")))
-        .withColumn("headers", F.coalesce("headers", F.create_map().cast("map<string,string>")))
-        .withColumn("deliveryCount", F.coalesce("deliveryCount", F.lit(0)))
-        .withColumn("priority", F.coalesce("priority", F.lit(5)))
-        .withColumn("partition", F.coalesce("partition", F.lit(0)))
-        .withColumn("bodySize", F.coalesce("bodySize", F.lit(0)))
-    )
+    # One withColumns per step, not a withColumn per column: pyspark analyses the whole plan
+    # again for each call, and the rounds conform and fate small frames many times.
+    missing = {name: F.lit(None).cast(kind) for name, kind in optional.items() if name not in messages.columns}
+    if missing:
+        messages = messages.withColumns(missing)
+    empty = F.create_map().cast("map<string,string>")
+    return messages.withColumns({
+        "properties": F.coalesce("properties", empty), "headers": F.coalesce("headers", empty),
+        "deliveryCount": F.coalesce("deliveryCount", F.lit(0)), "priority": F.coalesce("priority", F.lit(5)),
+        "partition": F.coalesce("partition", F.lit(0)), "bodySize": F.coalesce("bodySize", F.lit(0)),
+    })
 
 
 def is_lineage_topic(topic: Column) -> Column:
@@ -195,8 +195,8 @@ def link(rows: DataFrame) -> DataFrame:
     order = Window.partitionBy("uniqueId").orderBy("storeTimestamp", "rowId")
     linked = (
         rows.join(chain_ids, "uniqueId", "left_semi")
-        .withColumn("nextRowId", F.lead("rowId").over(order)).withColumn("nextTopic", F.lead("topic").over(order))
-        .withColumn("nextStore", F.lead("storeTimestamp").over(order))
+        .withColumns({"nextRowId": F.lead("rowId").over(order), "nextTopic": F.lead("topic").over(order),
+                      "nextStore": F.lead("storeTimestamp").over(order)})
     )
     alone = rows.join(chain_ids, "uniqueId", "left_anti").select(
         "*", *[F.lit(None).cast(k).alias(c) for c, k in (("nextRowId", "string"), ("nextTopic", "string"),
@@ -352,9 +352,8 @@ def consumer_verdicts(rows: DataFrame, by_message: DataFrame | None) -> DataFram
     times = lambda kind: F.transform(F.filter(mine, lambda e: e["event"] == kind), lambda e: e["time"])  # noqa: E731
     return (
         rows.join(by_message, ["topic", "uniqueId"], "left")
-        .withColumn("ackedAt", F.array_min(times("acked")))
-        .withColumn("rejectedAt", F.array_min(times("rejected")))
-        .withColumn("requeues", times("requeued"))
+        .withColumns({"ackedAt": F.array_min(times("acked")), "rejectedAt": F.array_min(times("rejected")),
+                      "requeues": times("requeued")})
         .drop("consumerEvents")
     )
 
@@ -523,8 +522,8 @@ def fates(rows: DataFrame, policies: Policies, as_of, events: DataFrame | None, 
         _fate("expired", F.col("expireAt"), "expired"),
         _fate("consumed", F.col("consumedAt"), "consumed"),
     )
-    rows = rows.withColumn("fate", F.when(fate["time"] <= t, fate)).withColumn(
-        "dueAt", F.least(F.when(F.col("deliverAt") > t, F.col("deliverAt")), fate["time"]))
+    rows = rows.withColumns({"fate": F.when(fate["time"] <= t, fate),
+                             "dueAt": F.least(F.when(F.col("deliverAt") > t, F.col("deliverAt")), fate["time"])})
 
     reason = F.col("fate")["reason"]
     lineage = F.col("fate")["rank"] == _RANK["lineage"]
@@ -559,13 +558,16 @@ def fates(rows: DataFrame, policies: Policies, as_of, events: DataFrame | None, 
             .withColumn("newHistory", history).withColumn("terminal", terminal))
     live_state = F.when(F.col("deliverAt") > t, F.lit("scheduled")).otherwise(F.lit("ready"))
     return (
-        rows.withColumn("state", F.coalesce(F.get(F.split("terminal", ":"), 0), live_state))
-        .withColumn("stateReason", F.when(F.col("terminal").isNotNull(),
-                                          F.coalesce(F.get(F.split("terminal", ":"), 1), reason)))
-        .withColumn("stateTime", F.when(F.col("terminal").isNotNull(), F.col("fate")["time"])
-                    .when(F.col("deliverAt") > t, store).otherwise(F.greatest(store, F.col("deliverAt"))))
-        .withColumn("deadLetterTopic", F.when(F.col("state") == "dead_lettered", F.col("target")))
-        .withColumn("consumedAt", F.when(reason == "consumed", F.col("consumedAt")))
+        rows.withColumns({
+            "state": F.coalesce(F.get(F.split("terminal", ":"), 0), live_state),
+            "stateReason": F.when(F.col("terminal").isNotNull(),
+                                  F.coalesce(F.get(F.split("terminal", ":"), 1), reason)),
+            "stateTime": F.when(F.col("terminal").isNotNull(), F.col("fate")["time"])
+            .when(F.col("deliverAt") > t, store).otherwise(F.greatest(store, F.col("deliverAt"))),
+        })
+        # after "state", which it reads; "consumedAt" replaced in place, as before
+        .withColumns({"deadLetterTopic": F.when(F.col("state") == "dead_lettered", F.col("target")),
+                      "consumedAt": F.when(reason == "consumed", F.col("consumedAt"))})
     )
 
 
