@@ -353,10 +353,10 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     if was_pending is not None:
         dead = dead.join(was_pending, ["rowId", "hop"], "left_anti")
     # A dead-letter copy as it was made: ready in its topic from its store time.
-    dead = (dead.withColumn("asOf", F.lit(None).cast("timestamp")).withColumn("state", F.lit("ready"))
-            .withColumn("stateReason", F.lit(None).cast("string")).withColumn("stateTime", store)
-            .withColumn("consumedAt", F.lit(None).cast("timestamp"))
-            .withColumn("deadLetterTopic", F.lit(None).cast("string")))
+    dead = dead.withColumns({"asOf": F.lit(None).cast("timestamp"), "state": F.lit("ready"),
+                             "stateReason": F.lit(None).cast("string"), "stateTime": store,
+                             "consumedAt": F.lit(None).cast("timestamp"),
+                             "deadLetterTopic": F.lit(None).cast("string")})
     # A write task per core: the rows are a union of many small parts (one task each, 40 for 9K
     # events), and each task writes a file per topic it holds.
     tasks = spark.sparkContext.defaultParallelism
@@ -374,8 +374,7 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     # pending set's overwrite, and a later use would read the new version (the events counted
     # after it came out 2,000 too high). So what the two writes below read is a checkpoint,
     # whose plan reads no table, as is every frame the batch keeps (none is cached).
-    keep = keep.withColumn("kind", F.lit(COPY)).withColumn("_dormant", dormant(policies)).localCheckpoint(
-        eager=False)
+    keep = keep.withColumns({"kind": F.lit(COPY), "_dormant": dormant(policies)}).localCheckpoint(eager=False)
     # First the dormant copies (with an end for the woken ones' earlier rows), then the pending
     # set: a batch run again after a crash between the two reads only the dormant rows of
     # earlier batches, so it sees what the first run saw.
