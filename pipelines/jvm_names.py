@@ -29,7 +29,9 @@ class RememberingClass(JavaClass):
         self._members: dict[str, JavaMember | JavaClass] = {}
 
     def __getattr__(self, name: str):
-        # Only called for names that are not attributes of this object: py4j's members.
+        # Only called for names that are not attributes of this object: py4j's members. Read
+        # through __dict__: an object made without __init__ (copy.copy) has no _members yet, and
+        # self._members would come back here without end.
         members = self.__dict__.get("_members")
         hit = members.get(name) if members is not None else None
         if hit is None:
@@ -47,7 +49,7 @@ class RememberingView(JVMView):
         self._classes: dict[str, RememberingClass] = {}
 
     def __getattr__(self, name: str):
-        classes = self.__dict__.get("_classes")
+        classes = self.__dict__.get("_classes")  # as RememberingClass reads _members
         hit = classes.get(name) if classes is not None else None
         if hit is None:
             hit = JVMView.__getattr__(self, name)
