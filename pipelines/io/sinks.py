@@ -269,15 +269,17 @@ class DeltaSink:
         was committed there before."""
         return self.writer.write(df, self.paths[table], batch_id, **options)
 
-    def _first_pass(self, df: DataFrame, batch_id: int, keep: bool) -> tuple[dict, DataFrame | None, DataFrame]:
+    def _first_pass(self, df: DataFrame, batch_id: int, keep: bool, spread: bool = True
+                    ) -> tuple[dict, DataFrame | None, DataFrame]:
         """One decode of the batch before anything is written: its metrics, the rows retry
         marking needs (``transforms.dedup.retry_keys``; None when marking is off) and the batch
         to write. With ``keep``, the batch's rows are kept (its keys and write read them);
-        otherwise only its keys are, and the write decodes the batch again."""
+        otherwise only its keys are, and the write decodes the batch again. ``spread``: also
+        estimate how many table partitions its messages go to (``TINY_FILE_BYTES``)."""
         from pyspark.sql import Observation
 
         seen = Observation(f"msglake-count-{batch_id}")
-        observed = df.observe(seen, *self.plan.count_metrics)
+        observed = df.observe(seen, *(self.plan.count_metrics if spread else self.plan.metrics))
         if keep:
             df = observed.localCheckpoint(eager=True)
             keys = self.plan.keys(df) if self.watermark > 0 else None
@@ -379,7 +381,11 @@ class DeltaSink:
         if not self._needs_count_pass():
             return self._write_observed(df, batch_id, counts)
         keep = batch_bytes is not None and batch_bytes <= KEEP_BATCH_BYTES
-        row, keys, df = self._first_pass(df, batch_id, keep)
+        # Only a batch of at most KEEP_BATCH_BYTES of messages may be written uncompressed, and a
+        # batch's messages are no more than its bytes: a larger one needs no estimate of its spread
+        # (an approx_count_distinct, ~0.2 s of a first pass over 1.19M RocketMQ rows, warm).
+        spread = batch_bytes is None or batch_bytes <= KEEP_BATCH_BYTES
+        row, keys, df = self._first_pass(df, batch_id, keep, spread)
         self._fill(counts, row)
         self._check_failures(df, batch_id, counts)
         if not keep:

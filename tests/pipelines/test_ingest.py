@@ -248,6 +248,30 @@ def test_a_batch_of_a_few_rows_per_table_partition_is_written_uncompressed(spark
                                 for f in live} == {"SNAPPY"}
 
 
+def test_a_batch_said_larger_than_kept_whole_is_not_estimated_for_tiny_files(spark, tmp_path):
+    # The first pass of a batch of more segment bytes than KEEP_BATCH_BYTES does not estimate how
+    # many table partitions it spreads over: its messages are written with Snappy unless they come
+    # to less than TINY_FILE_BYTES in all (these 24 KiB over 6 partitions would be tiny files had
+    # the batch been a streaming trigger's).
+    from msglake.pipelines.io.catalog import ensure_table
+    from msglake.pipelines.io.sinks import KEEP_BATCH_BYTES
+    from msglake.schemas import LAKE_TABLES
+
+    settings = make_settings(tmp_path / "lake")
+    paths = {spec.name: ensure_table(spark, settings, spec) for spec in LAKE_TABLES}
+    sink = DeltaSink("test-app", paths["messages"], paths["quarantine"], dedup_watermark_seconds=600)
+    data = tmp_path / "spread"
+    for t in range(3):
+        for partition in range(2):
+            with NsqQueueWriter(str(data), f"t{t}", partition) as w:
+                w.put(b"%d/%d" % (t, partition) + b"x" * 4096)
+    df = spark.read.format("msglake").option("format", "nsq-ext").option("path", str(data)).load()
+    assert sink(df, 0, KEEP_BATCH_BYTES + 1).messages == 6
+    codecs = {pq.ParquetFile(f).metadata.row_group(0).column(0).compression
+              for f in Path(paths["messages"]).rglob("*.parquet")}
+    assert codecs == {"SNAPPY"}
+
+
 def test_a_later_run_starts_from_the_first_copies_the_last_run_left(spark, tmp_path):
     """A scheduled run marks retries of an earlier run's messages from the first copies that run
     left in its checkpoint, without reading the table; a run the index does not stand for, or an
