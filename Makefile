@@ -29,7 +29,7 @@ help:
 # uv writes no bytecode unless asked (pip does), and where PYTHONDONTWRITEBYTECODE is set (this
 # machine kind, many container images) Python never writes it either: every process (a command, a
 # Spark Python worker, a streaming source's planner) then compiled pyspark, pyarrow and pandas from
-# source again, about 1.2 s each (the worked example's replay, a new process: 22.4-23.3 -> 19.6-19.7 s).
+# source again, about 1.2 s each (the worked example's replay, a new process: 21.8-23.3 -> 18.3-19.7 s).
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip 'uv>=0.13,<0.14'
