@@ -91,6 +91,13 @@ def local_fs_conf(settings: Settings, master: str, given: dict[str, str]) -> dic
 LOCAL_DRIVER_GC = "-XX:+UseParallelGC"
 
 
+#: The JIT of a driver JVM started for a small job (``build_session(small=True)``): C1 only.
+#: HotSpot's optimizing compiler, C2, took 13-20 s of CPU in a replay of seven messages, on two
+#: cores, and pays back only over a longer run; C1 compiles quickly. ``msglake replay`` of the
+#: worked example, a new process: 16.1-16.8 -> 13.0-13.1 s.
+SMALL_JOB_JIT = "-XX:TieredStopAtLevel=1"
+
+
 def is_local(master: str) -> bool:
     """True for the in-process masters (``local``, ``local[N]``, ``local[*]``...)."""
     return master == "local" or master.startswith("local[") or master.startswith("local-cluster[")
@@ -146,12 +153,36 @@ def _quiet_query_context_loggers() -> None:
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
 
 
-def build_session(settings: Settings, app_name: str | None = None, master: str | None = None):
+def driver_java_options(settings: Settings, master: str, small: bool = False) -> str:
+    """The driver JVM's options (``spark.driver.extraJavaOptions``) when msglake starts it: its
+    log configuration; in local mode also the collector, the class archive when ``make setup``
+    made it (4-5 s less per start) and, for a ``small`` job, :data:`SMALL_JOB_JIT`."""
+    from msglake.pipelines import class_archive
+
+    options = [f"-Dlog4j.configurationFile=file:{LOG4J}"]
+    if is_local(master):
+        options += [LOCAL_DRIVER_GC] + ([SMALL_JOB_JIT] if small else [])
+        archive = class_archive.archive_path(settings)
+        if archive.is_file():
+            options += [f"-XX:SharedArchiveFile={archive}", class_archive.QUIET]
+    return " ".join(options)
+
+
+def build_session(settings: Settings, app_name: str | None = None, master: str | None = None, *,
+                  segments: bool = True, small: bool = False):
     """Create (or return the running) SparkSession for ``settings``.
 
     Delta's SQL extension and catalog are set, the driver is bound to 127.0.0.1, time is
-    UTC, the ``msglake`` data source is registered and the lake's tables are in the catalog.
-    ``spark.conf`` entries of the settings override the defaults set here.
+    UTC, the ``msglake`` data source is registered (with ``segments``) and the lake's tables
+    are in the catalog. ``spark.conf`` entries of the settings override the defaults set here.
+
+    ``segments=False`` leaves the data source unregistered, for a command that reads only the
+    lake's tables: the first registration in a JVM starts Spark's search for installed Python
+    data sources, a Python process of its own (about 1 s of a command's start). A later call
+    with ``segments=True`` registers it.
+
+    ``small``: the command's input is known, before the JVM starts, to be a small job's
+    (:data:`SMALL_JOB_ROWS`): a local driver JVM then compiles with C1 only (:data:`SMALL_JOB_JIT`).
 
     On a cluster master (``spark://``, ``yarn``, ``k8s://``) the executors get msglake's code
     as a zip (:func:`msglake.pipelines.io.package.build_pyfiles`) and the Delta jars through ``spark.jars``
@@ -160,9 +191,7 @@ def build_session(settings: Settings, app_name: str | None = None, master: str |
     """
     from pyspark.sql import SparkSession
 
-    from msglake.pipelines import class_archive
     from msglake.pipelines.io.catalog import register_tables
-    from msglake.pipelines.io.source import MsglakeDataSource
     from msglake.pipelines.jvm_names import remember_names
 
     # The hostname resolves oddly on some machines: keep Spark on loopback unless told otherwise.
@@ -203,12 +232,7 @@ def build_session(settings: Settings, app_name: str | None = None, master: str |
     master = master or settings.spark.master
     if not submitted():
         conf["spark.jars"] = ",".join(delta_jars(settings))
-        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{LOG4J}"
-        if is_local(master):
-            conf["spark.driver.extraJavaOptions"] += f" {LOCAL_DRIVER_GC}"
-            archive = class_archive.archive_path(settings)
-            if archive.is_file():  # made by `make setup`: 4-5 s less per driver start
-                conf["spark.driver.extraJavaOptions"] += f" -XX:SharedArchiveFile={archive} {class_archive.QUIET}"
+        conf["spark.driver.extraJavaOptions"] = driver_java_options(settings, master, small)
         builder = builder.master(master)
     given = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in settings.spark.conf.items()}
     conf.update(given)
@@ -229,6 +253,46 @@ def build_session(settings: Settings, app_name: str | None = None, master: str |
         from msglake.pipelines.io.package import build_pyfiles
 
         spark.sparkContext.addPyFile(build_pyfiles())
-    spark.dataSource.register(MsglakeDataSource)
+    if segments:
+        from msglake.pipelines.io.source import MsglakeDataSource
+
+        spark.dataSource.register(MsglakeDataSource)
     register_tables(spark, settings)
     return spark
+
+
+#: A small job: at most this many input rows. It evaluates Spark's expressions interpreted
+#: (:func:`sized_for`), and a driver started for it compiles with C1 only (:data:`SMALL_JOB_JIT`).
+#: Around 20K rows the two ways of evaluating cost the same (a replay of bench_replay.py's lake,
+#: below).
+SMALL_JOB_ROWS = 10_000
+#: Spark's code generation: the defaults, and what :func:`sized_for` sets for a small job.
+CODEGEN = {"spark.sql.codegen.wholeStage": ("true", "false"),
+           "spark.sql.codegen.factoryMode": ("FALLBACK", "NO_CODEGEN")}
+
+
+@contextmanager
+def sized_for(spark, small: bool):
+    """Within, the session's jobs evaluate their expressions interpreted when ``small`` (the job
+    reads at most :data:`SMALL_JOB_ROWS` rows); True when they do.
+
+    Spark compiles Java source for every plan it runs (whole-stage code, projections,
+    predicates, orderings), and the JVM then interprets the compiled classes until its JIT has
+    compiled them too: on a few thousand rows that costs more than it saves, and a replay runs
+    dozens of plans. Measured with ``msglake replay`` of the worked example (seven messages): a
+    new process 15.1-15.2 -> 12.2-12.6 s, warm 3.7-4.8 -> 3.1-4.4 s; of bench_replay.py's lake,
+    warm: 20K messages 13.1 s either way, 200K 16.8 s compiled against 27.1 s interpreted. The
+    session's settings are left alone when either key is not at Spark's default (a user's own
+    choice), and are set back on the way out. Not for a session other threads use at the same time:
+    the settings are the session's.
+    """
+    if not small or any(spark.conf.get(key) != default for key, (default, _) in CODEGEN.items()):
+        yield False
+        return
+    for key, (_, interpreted) in CODEGEN.items():
+        spark.conf.set(key, interpreted)
+    try:
+        yield True
+    finally:
+        for key in CODEGEN:
+            spark.conf.unset(key)

@@ -53,7 +53,7 @@ def maintain(args) -> int:
     if args.command == "retention":
         now = parse_time(args.as_of, "--as-of") if args.as_of else dt.datetime.now(dt.timezone.utc)
     check_lake_root(settings.lake.root, write=not getattr(args, "dry_run", False))
-    spark = build_session(settings)
+    spark = build_session(settings, segments=False)
     started = time.monotonic()
     if args.command == "optimize":
         done = M.optimize(spark, settings, args.table)

@@ -36,7 +36,7 @@ def quality(args) -> int:
     for table in args.table or ["messages"]:
         check_table(settings, table)
     check_lake_root(settings.lake.root, write=True)  # quality_results is a table of the lake
-    spark = build_session(settings)
+    spark = build_session(settings, segments=False)
     worst = 0
     for table in args.table or ["messages"]:
         started = time.monotonic()

@@ -65,7 +65,7 @@ def sql(args) -> int:
     from msglake.pipelines.jobs.sql import render, run_sql
     from msglake.pipelines.session import build_session
 
-    spark = build_session(settings)
+    spark = build_session(settings, segments=False)
     df = run_sql(spark, args.query, allow_writes=args.allow_writes)
     sys.stdout.write(render(df, args.format, args.limit))
     return 0
@@ -82,7 +82,7 @@ def serve(args) -> int:
     # collected their frames; by default it forces a collection every 30 minutes, too rarely
     # for a server answering lookup after lookup.
     settings.spark.conf.setdefault("spark.cleaner.periodicGC.interval", "2min")
-    spark = build_session(settings)
+    spark = build_session(settings, segments=False)
 
     def ready(server) -> None:
         print(f"msglake: serving the lake {settings.lake.table_path('')} read-only on grpc://127.0.0.1:{server.port} "
