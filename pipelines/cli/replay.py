@@ -112,7 +112,7 @@ in its warm session (with this command's policies), which saves the Spark start 
 
 def replay(args) -> int:
     from msglake.pipelines.io.paths import check_lake_root
-    from msglake.pipelines.jobs.replay import run_replay
+    from msglake.pipelines.jobs.replay import run_replay, small_input
     from msglake.pipelines.session import build_session
 
     settings = load_settings(args)
@@ -120,7 +120,8 @@ def replay(args) -> int:
     non_negative(args.max_hops, "--max-hops")
     if not args.json_out:
         check_lake_root(settings.lake.root, write=True)
-    spark = build_session(settings)
+    small = small_input(None, settings, args.messages, args.events, not args.no_offsets)
+    spark = build_session(settings, segments=False, small=small)
     run = run_replay(spark, settings, as_of=as_of, messages=args.messages, policies=args.policies,
                      events=args.events, use_offsets=not args.no_offsets, json_out=args.json_out,
                      max_hops=args.max_hops)
@@ -138,7 +139,7 @@ def semantics(args) -> int:
     non_negative(args.max_hops, "--max-hops")
     check_lake_root(settings.lake.root, write=True)
     stop = stop_on_signals(args.stop_timeout)
-    spark = build_session(settings)
+    spark = build_session(settings, segments=False)
     summary = run(spark, settings, available_now=args.available_now, interval=args.interval,
                   lateness_seconds=args.lateness, max_hops=args.max_hops, stop=stop, stop_timeout=args.stop_timeout)
     emit(summary.lines())
@@ -153,7 +154,7 @@ def load_events(args) -> int:
 
     settings = load_settings(args)
     check_lake_root(settings.lake.root, write=True)
-    spark = build_session(settings)
+    spark = build_session(settings, segments=False)
     loaded, added = load_events_table(spark, settings, args.files)
     print(f"read {loaded.rows:,} consumer events; added {added:,} new to {settings.lake.table_path('consumer_events')}")
     for r in loaded.rejected:
@@ -185,7 +186,7 @@ def history(args) -> int:
     from msglake.pipelines.jobs.history import history as story_of, render_json, render_text
     from msglake.pipelines.session import build_session
 
-    spark = build_session(settings)
+    spark = build_session(settings, segments=False)
     story = story_of(spark, settings, args.id, as_of=as_of, topic=args.topic, partition=args.partition,
                      max_hops=args.max_hops)
     emit(render_json(story) if args.format == "json" else render_text(story))

@@ -116,7 +116,7 @@ def read_consumer_events(spark: SparkSession, paths: list[str], messages: DataFr
 def _resolved(events: DataFrame, messages: DataFrame, rejected: list[RejectedLine]) -> Loaded:
     from msglake.transforms.lifecycle import resolve_events
 
-    resolved = resolve_events(events, messages).cache()
+    resolved = resolve_events(events, messages).localCheckpoint(eager=False)  # read twice below
     ambiguous = resolved.where(F.size("matches") > 1).orderBy("sourceFile", "sourceLine").collect()
     rejected = rejected + [RejectedLine(r["sourceFile"], r["sourceLine"], _ambiguity(r)) for r in ambiguous]
     good = resolved.where(F.size("matches") <= 1).select(*CONSUMER_EVENTS_SCHEMA.names)
@@ -177,9 +177,7 @@ def load_events_table(spark: SparkSession, settings: Settings, paths: list[str])
 def read_messages_json(spark: SparkSession, path: str) -> Loaded:
     """Messages in the unified schema, one JSON object per line (only topic, messageId and
     storeTimestamp are required; timestamps ISO-8601). Lines that do not parse are listed."""
-    files = sorted(glob.glob(os.path.join(path, "*.json*"))) if os.path.isdir(path) else [path]
-    if not files or not all(os.path.isfile(f) for f in files):
-        raise InputError(f"messages: no such file: {path}")
+    files = message_files(path)
     schema = to_spark(MESSAGE_SCHEMA)
     fields = [f for f in schema.fields if f.name not in ("deathHistory", "state", "deliverAt", "expireAt")]
     from pyspark.sql.types import StringType, StructField, StructType
@@ -187,7 +185,7 @@ def read_messages_json(spark: SparkSession, path: str) -> Loaded:
     read_schema = StructType([StructField(f.name, f.dataType, True) for f in fields]
                              + [StructField("_corrupt", StringType(), True)])
     df = (spark.read.schema(read_schema).option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", "_corrupt")
-          .json(files).withColumn("_file", F.input_file_name()).cache())
+          .json(files).withColumn("_file", F.input_file_name()).localCheckpoint(eager=False))
     bad_rows = df.where(F.col("_corrupt").isNotNull() | F.col("topic").isNull() | F.col("messageId").isNull()
                         | F.col("storeTimestamp").isNull())
     n_bad = bad_rows.count()
@@ -204,6 +202,47 @@ def read_messages_json(spark: SparkSession, path: str) -> Loaded:
                            .when(F.col("headers").isNull(), given)
                            .otherwise(F.map_concat(F.col("headers"), given)))
     return Loaded(good, good.count(), rejected)
+
+
+def message_files(path: str) -> list[str]:
+    """The JSON-lines files of ``--messages``: the file, or a folder's ``*.json*`` files."""
+    files = sorted(glob.glob(os.path.join(path, "*.json*"))) if os.path.isdir(path) else [path]
+    if not files or not all(os.path.isfile(f) for f in files):
+        raise InputError(f"messages: no such file: {path}")
+    return files
+
+
+#: Input files larger than this together are not counted line by line (:func:`small_input`): they
+#: hold more rows than a small job has, unless each row is over 1.6 KiB.
+COUNTED_BYTES = 16 << 20
+
+
+def small_input(spark: SparkSession | None, settings: Settings, messages: str | None, events: list[str] | None,
+                use_offsets: bool) -> bool:
+    """Whether a replay reads at most ``session.SMALL_JOB_ROWS`` rows (messages, consumer events
+    and offset snapshots): the lines of the files given, the rows of the lake's tables otherwise
+    (counted from their Delta logs, until the limit is passed). False when it cannot tell: files
+    of more than :data:`COUNTED_BYTES`, or a lake table to count and no session yet (the
+    question is asked before the JVM starts too). Sizes the replay's JVM and jobs."""
+    from msglake.pipelines.session import SMALL_JOB_ROWS
+
+    files = (message_files(messages) if messages else []) + [f for f in events or [] if os.path.isfile(f)]
+    if sum(os.path.getsize(f) for f in files) > COUNTED_BYTES:
+        return False
+    rows = 0
+    for f in files:
+        with open(f, "rb") as r:
+            rows += r.read().count(b"\n")
+    tables = ([] if messages else ["messages"]) + ([] if events else ["consumer_events"]) + (
+        ["consumer_offsets"] if use_offsets and not messages else [])
+    for name in tables:
+        path = settings.lake.table_path(name)
+        if rows > SMALL_JOB_ROWS or not os.path.isdir(os.path.join(path, "_delta_log")):
+            continue
+        if spark is None:
+            return False
+        rows += spark.read.format("delta").load(path).count()
+    return rows <= SMALL_JOB_ROWS
 
 
 #: Bad input lines listed by name and number at most; the rest are counted.
@@ -271,7 +310,7 @@ def write_json(result: Evaluation, out_dir: str) -> dict[str, str]:
                      ("message_events", result.events)):
         tmp = tempfile.mkdtemp(prefix=f".{name}-", dir=out_dir)
         try:
-            (df.orderBy(*JSON_OUTPUTS[name]).coalesce(1).write.mode("overwrite")
+            (df.repartition(1).sortWithinPartitions(*JSON_OUTPUTS[name]).write.mode("overwrite")
              .option("timestampFormat", TIMESTAMP_FORMAT).option("ignoreNullFields", "false").json(tmp))
             parts = sorted(glob.glob(os.path.join(tmp, "part-*")))
             target = os.path.join(out_dir, f"{name}.jsonl")
@@ -314,9 +353,11 @@ class ReplayRun:
     outputs: dict[str, str]
     rejected: list[RejectedLine]
     seconds: float
+    #: :func:`summarize`'s lines.
+    summary: list[str]
 
     def lines(self) -> list[str]:
-        out = summarize(self.result)
+        out = list(self.summary)
         out += [f"  input line not used: {r.file}:{r.line}: {r.reason}" for r in self.rejected]
         out += [f"  {name:<15} {path}" for name, path in self.outputs.items()]
         return out + [f"replay took {self.seconds:.1f}s"]
@@ -331,11 +372,24 @@ def run_replay(spark: SparkSession, settings: Settings, *, as_of: dt.datetime | 
     consumer-event JSON lines (each instead of the lake's table or the settings' policies).
     Writes the replay tables, or JSON lines to ``json_out``.
     """
-    from msglake.pipelines.jobs.evaluate import evaluate
-    from msglake.transforms.lifecycle import DEFAULT_MAX_HOPS
+    from msglake.pipelines.session import sized_for
 
     started = time.monotonic()
     chosen_policies = load_policies(policies) if policies else policies_of(settings)
+    with sized_for(spark, small_input(spark, settings, messages, events, use_offsets)):
+        result, outputs, rejected = _replay(spark, settings, as_of, messages, chosen_policies, events, use_offsets,
+                                            json_out, max_hops)
+        summary = summarize(result)
+    return ReplayRun(result, outputs, rejected, time.monotonic() - started, summary)
+
+
+def _replay(spark: SparkSession, settings: Settings, as_of: dt.datetime | None, messages: str | None,
+            policies: dict[str, dict], events: list[str] | None, use_offsets: bool, json_out: str | None,
+            max_hops: int | None) -> tuple[Evaluation, dict[str, str], list[RejectedLine]]:
+    """:func:`run_replay`'s inputs read, evaluated and written."""
+    from msglake.pipelines.jobs.evaluate import evaluate
+    from msglake.transforms.lifecycle import DEFAULT_MAX_HOPS
+
     rejected: list[RejectedLine] = []
     if messages:
         loaded = read_messages_json(spark, messages)
@@ -352,7 +406,7 @@ def run_replay(spark: SparkSession, settings: Settings, *, as_of: dt.datetime | 
         events_df = lake_table(spark, settings, "consumer_events")
     offsets = lake_table(spark, settings, "consumer_offsets") if use_offsets and not messages else None
     as_of = as_of or default_as_of(messages_df)
-    result = evaluate(messages_df, chosen_policies, as_of, consumer_events=events_df, consumer_offsets=offsets,
+    result = evaluate(messages_df, policies, as_of, consumer_events=events_df, consumer_offsets=offsets,
                       max_hops=DEFAULT_MAX_HOPS if max_hops is None else max_hops)
     outputs = write_json(result, json_out) if json_out else write_tables(spark, settings, result)
-    return ReplayRun(result, outputs, rejected, time.monotonic() - started)
+    return result, outputs, rejected

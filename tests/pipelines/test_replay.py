@@ -244,3 +244,56 @@ def test_an_event_names_one_message_or_is_refused(spark, tmp_path, capsys):
     assert got == [("orders", 0, "0000000000000005", "expired", False),
                    ("orders", 1, "0000000000000005", "ready", True),
                    ("pay", 3, "U1", "expired", False), ("pay", 3, "U2", "ready", True)]
+
+
+def test_a_small_replay_runs_interpreted_and_writes_what_a_compiled_one_does(spark, tmp_path, monkeypatch):
+    """The worked example is a small job (session.sized_for): Spark evaluates its expressions
+    without generated code. Forced to compile (no job is small), it writes the same bytes."""
+    from contextlib import contextmanager
+
+    from msglake.pipelines import session
+
+    used, real = [], session.sized_for
+
+    @contextmanager
+    def noted(spark_, small):
+        with real(spark_, small) as interpreted:
+            used.append((interpreted, spark_.conf.get("spark.sql.codegen.factoryMode")))
+            yield interpreted
+
+    monkeypatch.setattr(session, "sized_for", noted)
+    assert cli.main(example_args(tmp_path, "2026-11-01T10:05:00Z", tmp_path / "interpreted")) == 0
+    monkeypatch.setattr(session, "SMALL_JOB_ROWS", 0)
+    assert cli.main(example_args(tmp_path, "2026-11-01T10:05:00Z", tmp_path / "compiled")) == 0
+    assert used == [(True, "NO_CODEGEN"), (False, "FALLBACK")]
+    assert spark.conf.get("spark.sql.codegen.factoryMode") == "FALLBACK"  # set back
+    for name in ("message_states", "dead_letters", "message_events"):
+        a = (tmp_path / "interpreted" / f"{name}.jsonl").read_bytes()
+        assert a and a == (tmp_path / "compiled" / f"{name}.jsonl").read_bytes(), name
+
+
+def test_a_replay_is_small_by_the_rows_it_reads(spark, tmp_path, monkeypatch):
+    from msglake.pipelines import session
+    from msglake.pipelines.jobs import replay
+    from tests.conftest import make_settings
+
+    settings = make_settings(tmp_path / "lake")
+    messages, events = f"{EXAMPLE}/messages.jsonl", [f"{EXAMPLE}/events.jsonl"]  # 7 + 5 lines
+    assert replay.small_input(None, settings, messages, events, True)
+    monkeypatch.setattr(session, "SMALL_JOB_ROWS", 11)
+    assert not replay.small_input(None, settings, messages, events, True)
+    monkeypatch.setattr(session, "SMALL_JOB_ROWS", 12)
+    assert replay.small_input(None, settings, messages, events, True)
+    monkeypatch.setattr(replay, "COUNTED_BYTES", 100)  # too large to count: not small
+    assert not replay.small_input(None, settings, messages, events, True)
+    monkeypatch.undo()
+
+    # the lake's tables: counted with a session, unknown before one starts
+    assert replay.small_input(None, settings, None, None, True)  # no tables yet: nothing to read
+    spark.range(20).write.format("delta").save(settings.lake.table_path("messages"))
+    spark.range(5).write.format("delta").save(settings.lake.table_path("consumer_events"))
+    assert not replay.small_input(None, settings, None, None, True)
+    assert replay.small_input(spark, settings, None, None, True)
+    monkeypatch.setattr(session, "SMALL_JOB_ROWS", 24)
+    assert not replay.small_input(spark, settings, None, None, True)
+    assert replay.small_input(spark, settings, messages, None, True)  # 7 lines + the lake's 5 events
