@@ -116,11 +116,14 @@ def read_consumer_events(spark: SparkSession, paths: list[str], messages: DataFr
 def _resolved(events: DataFrame, messages: DataFrame, rejected: list[RejectedLine]) -> Loaded:
     from msglake.transforms.lifecycle import resolve_events
 
-    resolved = resolve_events(events, messages).localCheckpoint(eager=False)  # read twice below
-    ambiguous = resolved.where(F.size("matches") > 1).orderBy("sourceFile", "sourceLine").collect()
-    rejected = rejected + [RejectedLine(r["sourceFile"], r["sourceLine"], _ambiguity(r)) for r in ambiguous]
-    good = resolved.where(F.size("matches") <= 1).select(*CONSUMER_EVENTS_SCHEMA.names)
-    return Loaded(good, good.count(), rejected)
+    resolved = resolve_events(events, messages).localCheckpoint(eager=False)  # read again below
+    is_ambiguous = F.size("matches") > 1
+    counts = resolved.agg(F.count_if(is_ambiguous).alias("ambiguous"), F.count_if(~is_ambiguous).alias("good")).first()
+    if counts["ambiguous"]:
+        ambiguous = resolved.where(is_ambiguous).orderBy("sourceFile", "sourceLine").collect()
+        rejected = rejected + [RejectedLine(r["sourceFile"], r["sourceLine"], _ambiguity(r)) for r in ambiguous]
+    good = resolved.where(~is_ambiguous).select(*CONSUMER_EVENTS_SCHEMA.names)
+    return Loaded(good, counts["good"], rejected)
 
 
 def _ambiguity(event) -> str:
@@ -186,14 +189,18 @@ def read_messages_json(spark: SparkSession, path: str) -> Loaded:
                              + [StructField("_corrupt", StringType(), True)])
     df = (spark.read.schema(read_schema).option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", "_corrupt")
           .json(files).withColumn("_file", F.input_file_name()).localCheckpoint(eager=False))
-    bad_rows = df.where(F.col("_corrupt").isNotNull() | F.col("topic").isNull() | F.col("messageId").isNull()
-                        | F.col("storeTimestamp").isNull())
-    n_bad = bad_rows.count()
-    rejected = _bad_message_lines(sorted({r["_file"] for r in bad_rows.select("_file").distinct().collect()}), n_bad)
+    is_bad = (F.col("_corrupt").isNotNull() | F.col("topic").isNull() | F.col("messageId").isNull()
+              | F.col("storeTimestamp").isNull())
+    # both counts in one job; the files with bad lines, when there are any, in another
+    counts = df.agg(F.count_if(is_bad).alias("bad"), F.count_if(~is_bad).alias("good")).first()
+    n_bad, n_good = counts["bad"], counts["good"]
+    rejected = []
+    if n_bad:
+        bad_files = sorted(r["_file"] for r in df.where(is_bad).select("_file").distinct().collect())
+        rejected = _bad_message_lines(bad_files, n_bad)
     if n_bad > len(rejected):
         rejected.append(RejectedLine(path, 0, f"... {n_bad - len(rejected)} more"))
-    good = df.where(F.col("_corrupt").isNull() & F.col("topic").isNotNull() & F.col("messageId").isNotNull()
-                    & F.col("storeTimestamp").isNotNull()).drop("_corrupt", "_file")
+    good = df.where(~is_bad).drop("_corrupt", "_file")
     # A line's own "priority" is the producer's: the transforms tell a given priority from a
     # decoder's default by headers.priority (segments carry the header), so set it from the field.
     given = F.create_map(F.lit("priority"), F.col("priority").cast("string"))
@@ -201,7 +208,7 @@ def read_messages_json(spark: SparkSession, path: str) -> Loaded:
                                              F.col("headers"))
                            .when(F.col("headers").isNull(), given)
                            .otherwise(F.map_concat(F.col("headers"), given)))
-    return Loaded(good, good.count(), rejected)
+    return Loaded(good, n_good, rejected)
 
 
 def message_files(path: str) -> list[str]:
