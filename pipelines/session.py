@@ -283,8 +283,8 @@ def sized_for(spark, small: bool):
     new process 15.1-15.2 -> 12.2-12.6 s, warm 3.7-4.8 -> 3.1-4.4 s; of bench_replay.py's lake,
     warm: 20K messages 13.1 s either way, 200K 16.8 s compiled against 27.1 s interpreted. The
     session's settings are left alone when either key is not at Spark's default (a user's own
-    choice), and are set back on the way out. Not for a session other threads use at the same time:
-    the settings are the session's.
+    choice), and are set back on the way out. The settings are the session's: a job another
+    thread runs on it meanwhile runs interpreted too (the same results; slower, if it is large).
     """
     if not small or any(spark.conf.get(key) != default for key, (default, _) in CODEGEN.items()):
         yield False

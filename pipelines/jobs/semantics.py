@@ -36,6 +36,7 @@ import operator
 import os
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import reduce
 
@@ -47,6 +48,7 @@ from msglake.pipelines.io.catalog import add_missing_properties, ensure_table
 from msglake.pipelines.io.once import OnceWriter
 from msglake.pipelines.jobs.evaluate import broadcast_distinct, evaluate_copies
 from msglake.pipelines.jobs.running import wait_or_stop
+from msglake.pipelines.session import SMALL_JOB_ROWS, sized_for
 from msglake.pipelines.settings import Settings, policy_dicts
 from msglake.schemas import MESSAGES_TABLE
 from msglake.schemas.semantics import CONSUMER_EVENTS_TABLE, DEAD_LETTERS_TABLE, MESSAGE_EVENTS_TABLE
@@ -253,11 +255,26 @@ def _no_stale_dormant(s: Stream) -> None:
 
 def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     """One micro-batch: see the module docstring."""
+    with ExitStack() as sizing:
+        _step(s, batch, batch_id, sizing)
+
+
+def _step(s: Stream, batch: DataFrame, batch_id: int, sizing: ExitStack) -> None:
+    """:func:`step`; its jobs are sized (``session.sized_for``) in ``sizing`` once the batch's new
+    messages are counted."""
     spark, policies = s.spark, policy_dicts(s.settings.policies)
     pending = (spark.read.format("delta").load(s.pending_path)
                if os.path.isdir(os.path.join(s.pending_path, "_delta_log")) else None)
-    marks = [] if pending is None else pending.where(F.col("kind") != COPY).select(
-        "kind", "topic", F.unix_micros("storeTimestamp").alias("us")).collect()
+    # The marks, and how many copies are pending (observed by the same job)
+    marks, live = [], 0
+    if pending is not None:
+        from pyspark.sql import Observation
+
+        copies_seen = Observation("pending copies")
+        marks = (pending.observe(copies_seen, F.count_if(F.col("kind") == COPY).alias("n"))
+                 .where(F.col("kind") != COPY).select("kind", "topic", F.unix_micros("storeTimestamp").alias("us"))
+                 .collect())
+        live = copies_seen.get["n"]
     w_prev = next((m["us"] for m in marks if m["kind"] == MARK), None)
     # The batch's arrivals per topic and its late messages (own copies stored by the last
     # watermark: what stored_copies keeps), in one job.
@@ -265,7 +282,12 @@ def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     late = F.lit(0) if w_prev is None else F.count_if(is_own_copy() & (store <= F.lit(_ts(w_prev))))
     seen = conform(batch).groupBy("topic").agg(F.unix_micros(F.min(store)).alias("since"),
                                                 F.unix_micros(F.max(store)).alias("newest"),
-                                                late.alias("late")).collect()
+                                                late.alias("late"), F.count(F.lit(1)).alias("n")).collect()
+    # A small batch (its new messages and the copies pending, dormant ones aside) runs as a small
+    # job, in both sessions its frames come from: the stream's (the batch) and the run's.
+    small = sum(r["n"] for r in seen) + live <= SMALL_JOB_ROWS
+    for session in (spark, batch.sparkSession):  # the second is left alone when it is the first
+        sizing.enter_context(sized_for(session, small))
     arrivals = {r["topic"]: (r["since"], r["newest"]) for r in seen}
     topics = {m["topic"]: m["us"] for m in marks if m["kind"] == TOPIC}
     for topic, (since, _) in arrivals.items():
