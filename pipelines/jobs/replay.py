@@ -242,13 +242,10 @@ def small_input(spark: SparkSession | None, settings: Settings, messages: str | 
             rows += r.read().count(b"\n")
     tables = ([] if messages else ["messages"]) + ([] if events else ["consumer_events"]) + (
         ["consumer_offsets"] if use_offsets and not messages else [])
-    for name in tables:
-        path = settings.lake.table_path(name)
-        if rows > SMALL_JOB_ROWS or not os.path.isdir(os.path.join(path, "_delta_log")):
-            continue
-        if spark is None:
+    for name in (t for t in tables if in_lake(settings, t)):
+        if spark is None or rows > SMALL_JOB_ROWS:
             return False
-        rows += spark.read.format("delta").load(path).count()
+        rows += lake_table(spark, settings, name).count()
     return rows <= SMALL_JOB_ROWS
 
 
@@ -344,12 +341,14 @@ def summarize(result: Evaluation) -> list[str]:
     return lines
 
 
+def in_lake(settings: Settings, name: str) -> bool:
+    """Whether the lake has the table ``name`` yet."""
+    return os.path.isdir(os.path.join(settings.lake.table_path(name), "_delta_log"))
+
+
 def lake_table(spark: SparkSession, settings: Settings, name: str) -> DataFrame | None:
     """The lake's table ``name``, or None when it does not exist yet."""
-    path = settings.lake.table_path(name)
-    if os.path.isdir(os.path.join(path, "_delta_log")):
-        return spark.read.format("delta").load(path)
-    return None
+    return spark.read.format("delta").load(settings.lake.table_path(name)) if in_lake(settings, name) else None
 
 
 @dataclass

@@ -270,7 +270,7 @@ def _step(s: Stream, batch: DataFrame, batch_id: int, sizing: ExitStack) -> None
     if pending is not None:
         from pyspark.sql import Observation
 
-        copies_seen = Observation("pending copies")
+        copies_seen = Observation(f"msglake-semantics-pending-{batch_id}")
         marks = (pending.observe(copies_seen, F.count_if(F.col("kind") == COPY).alias("n"))
                  .where(F.col("kind") != COPY).select("kind", "topic", F.unix_micros("storeTimestamp").alias("us"))
                  .collect())
