@@ -125,20 +125,26 @@ def log_file(settings: Settings) -> Path:
 
 @contextmanager
 def _children_write_to(path: Path):
-    """Processes started inside inherit ``path`` as their stderr, this process keeps its own.
+    """Processes started inside inherit ``path`` as their stdout and stderr; this process keeps its own.
 
     The JVM and the Python workers it starts print log lines, JVM warnings ("Using incubator
     modules") and worker messages on stderr: they go to the log file, not the user's terminal.
+    Nothing of theirs belongs on stdout either, and a JVM holding this process's stdout kept a
+    pipe open past msglake's exit until its shutdown ended: ``msglake ... | tee`` or a script
+    capturing the output waited about 0.5 s more for every command.
     """
+    sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(2)
+    saved = {n: os.dup(n) for n in (1, 2)}
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
-        os.dup2(fd, 2)
+        for n in saved:
+            os.dup2(fd, n)
         yield
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        for n, kept in saved.items():
+            os.dup2(kept, n)
+            os.close(kept)
         os.close(fd)
 
 

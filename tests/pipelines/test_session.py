@@ -44,3 +44,14 @@ def test_a_users_own_code_generation_setting_is_left_alone(spark):
         assert spark.conf.get("spark.sql.codegen.wholeStage") == "false"
     finally:
         spark.conf.unset("spark.sql.codegen.wholeStage")
+
+
+def test_the_driver_jvm_writes_to_the_log_not_to_the_commands_output(spark):
+    # A JVM holding msglake's stdout kept a pipe open until its shutdown ended, after msglake had
+    # exited: a script capturing the output waited for it. Both its streams go to the log file.
+    import os
+
+    jvm = spark.sparkContext._gateway.proc.pid
+    stdout, stderr = (os.readlink(f"/proc/{jvm}/fd/{n}") for n in (1, 2))
+    assert stdout == stderr and stdout.endswith("spark.log")
+    assert stdout != os.readlink(f"/proc/{os.getpid()}/fd/1")
