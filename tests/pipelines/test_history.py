@@ -170,3 +170,33 @@ def test_a_running_server_tells_the_story_under_the_commands_policies(spark, rep
             reply = ask_server(uri, HISTORY_ACTION, request)
             assert reply["status"] == 2 and why in reply["err"] and "\n" not in reply["err"], reply
         assert server.lookups == 10
+
+
+def test_a_later_lookup_sees_a_dead_letter_topic_that_got_its_first_message_since(spark, tmp_path):
+    # The topics' first store times are remembered per version of the messages table: an append
+    # that gives the dead-letter topic a message stored before the death changes the story.
+    from msglake.schemas import MESSAGE_SCHEMA
+    from msglake.schemas.spark import to_spark
+
+    doc = from_dict({"lake": {"root": str(tmp_path / "lake")}}, "test").model_dump()
+    doc["policies"] = {"a": {"messageTtlMs": 1_000, "deadLetterTopic": "a.dlq"}}  # a.dlq: not declared
+    settings = from_dict(doc, "test")
+    path = settings.lake.table_path("messages")
+
+    def append(topic: str, message_id: str, stored: str) -> None:
+        given = spark.createDataFrame(
+            [(topic, 0, "synthetic", "seg", int(stored[-2:]), message_id, dt.datetime.fromisoformat(stored))],
+            "topic string, partition int, sourceFormat string, segment string, segmentPosition bigint, "
+            "messageId string, storeTimestamp timestamp")
+        rows = given.select(*[F.col(f.name) if f.name in given.columns else F.lit(None).cast(f.dataType).alias(f.name)
+                              for f in to_spark(MESSAGE_SCHEMA)])
+        rows.write.format("delta").mode("append").save(path)
+
+    append("a", "m1", "2026-01-01T00:00:10+00:00")
+    append("b", "m2", "2026-01-01T00:00:20+00:00")
+    before = history(spark, settings, "m1", as_of=T)
+    assert [(c["topic"], c["state"], c["stateReason"]) for c in before.copies] == [("a", "dropped", "missing_target")]
+    history(spark, settings, "m2", as_of=T)  # another lookup of the same version in between
+    append("a.dlq", "m0", "2026-01-01T00:00:05+00:00")
+    after = history(spark, settings, "m1", as_of=T)
+    assert [(c["topic"], c["state"]) for c in after.copies] == [("a", "dead_lettered"), ("a.dlq", "ready")]
