@@ -172,10 +172,9 @@ def history(args) -> int:
         non_negative(args.partition, "--partition")
     check_lake_root(settings.lake.root, write=False)
     from msglake.pipelines.jobs.serve import HISTORY_ACTION, MAX_HOPS_SERVED, ask_server, find_server
+    from msglake.pipelines.settings import policy_dicts
 
     if not args.in_process and args.max_hops <= MAX_HOPS_SERVED:
-        from msglake.pipelines.settings import policy_dicts
-
         uri = find_server(settings)
         request = {"id": args.id, "asOf": as_of and as_of.isoformat(), "topic": args.topic,
                    "partition": args.partition, "maxHops": args.max_hops, "format": args.format,
@@ -183,10 +182,12 @@ def history(args) -> int:
         reply = ask_server(uri, HISTORY_ACTION, request) if uri else None
         if reply is not None:
             return served(reply)
-    from msglake.pipelines.jobs.history import history as story_of, render_json, render_text
+    from msglake.pipelines.jobs.history import history as story_of, render_json, render_text, small_lookup
     from msglake.pipelines.session import build_session
 
-    spark = build_session(settings, segments=False)
+    # Known before the JVM starts: a lookup that cannot reach a topic evaluated whole gets a
+    # small job's driver (C1 only, session.SMALL_JOB_JIT).
+    spark = build_session(settings, segments=False, small=small_lookup(policy_dicts(settings.policies)))
     story = story_of(spark, settings, args.id, as_of=as_of, topic=args.topic, partition=args.partition,
                      max_hops=args.max_hops)
     emit(render_json(story) if args.format == "json" else render_text(story))

@@ -30,6 +30,7 @@ from msglake.schemas import MESSAGES_TABLE
 from msglake.transforms.lifecycle import (
     DEFAULT_MAX_HOPS,
     ORIGIN_ID,
+    any_coupled,
     conform,
     conform_events,
     event_key,
@@ -94,6 +95,13 @@ def _targets(policies: Policies, topics: set[str]) -> set[str]:
 def _upstream(policies: Policies, lake_topics: list[str], sinks: set[str]) -> set[str]:
     """Every lake topic whose copies can be dead-lettered into one of ``sinks``."""
     return {t for t in lake_topics if _targets(policies, {t}) & sinks}
+
+
+def small_lookup(policies: Policies) -> bool:
+    """Whether every lookup under ``policies`` is a small job (``session.SMALL_JOB_ROWS``): a story
+    is its message's own records and the copies they make, unless it reaches a topic that is
+    evaluated whole (overflow limits, head-only expiry), and no policy here makes one."""
+    return not any_coupled(policies)
 
 
 def history(spark: SparkSession, settings: Settings, wanted: str, *, as_of: dt.datetime | None = None,

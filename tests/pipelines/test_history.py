@@ -200,3 +200,18 @@ def test_a_later_lookup_sees_a_dead_letter_topic_that_got_its_first_message_sinc
     append("a.dlq", "m0", "2026-01-01T00:00:05+00:00")
     after = history(spark, settings, "m1", as_of=T)
     assert [(c["topic"], c["state"]) for c in after.copies] == [("a", "dead_lettered"), ("a.dlq", "ready")]
+
+
+def test_a_lookup_is_a_small_job_unless_a_policy_can_make_its_story_reach_a_whole_topic():
+    from msglake.pipelines.jobs.history import small_lookup
+    from msglake.pipelines.settings import policy_dicts
+
+    def small(policies: dict) -> bool:
+        doc = from_dict({}, "test").model_dump()
+        doc["policies"] = policies
+        return small_lookup(policy_dicts(from_dict(doc, "test").policies))
+
+    assert small({}) and small({"orders*": {"messageTtlMs": 1_000, "deadLetterTopic": "dlq"}, "dlq": {}})
+    assert not small({"orders": {"messageTtlMs": 1_000, "deadLetterTopic": "dlq"}, "dlq": {"maxLength": 3}})
+    assert not small({"jobs*": {"maxLengthBytes": 1 << 20}})
+    assert not small({"audit": {"expiryAtHeadOnly": True}})
