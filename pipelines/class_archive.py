@@ -23,8 +23,9 @@ import tempfile
 from pathlib import Path
 
 ARCHIVE = "msglake-classes.jsa"
-# The JVM's own notes about the archive (e.g. a class path that no longer matches) go to stdout,
-# which is the user's terminal for a local driver.
+# The JVM's own notes about the archive (e.g. a class path that no longer matches) are turned off:
+# a mismatch is no error (the JVM starts without the archive), and they went to the user's
+# terminal when the driver's stdout was msglake's (now the log file's).
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
