@@ -52,7 +52,7 @@ def build(spark, lake: Path, n: int) -> None:
     from pyspark.sql import functions as F
 
     from msglake.schemas import MESSAGE_SCHEMA
-    from msglake.schemas.spark import to_spark
+    from msglake.schemas.spark import with_all_columns
 
     i = F.col("id")
     topic = F.element_at(F.array(*[F.lit(t) for t in TOPICS]), (i % len(TOPICS) + 1).cast("int"))
@@ -73,10 +73,7 @@ def build(spark, lake: Path, n: int) -> None:
         F.create_map().cast("map<string,string>").alias("headers"),
     )
     # Every other column of the table's schema as nulls of its type, as ingest leaves them.
-    given = set(messages.columns)
-    messages = messages.select(*[F.col(f.name) if f.name in given else F.lit(None).cast(f.dataType).alias(f.name)
-                                 for f in to_spark(MESSAGE_SCHEMA)])
-    messages.write.format("delta").mode("overwrite").save(str(lake / "messages"))
+    with_all_columns(messages, MESSAGE_SCHEMA).write.format("delta").mode("overwrite").save(str(lake / "messages"))
     m = spark.read.format("delta").load(str(lake / "messages"))
     ms = F.unix_millis("storeTimestamp")
     ev = lambda cond, kind, after_ms: m.where(cond).select(  # noqa: E731

@@ -176,7 +176,7 @@ def test_a_later_lookup_sees_a_dead_letter_topic_that_got_its_first_message_sinc
     # The topics' first store times are remembered per version of the messages table: an append
     # that gives the dead-letter topic a message stored before the death changes the story.
     from msglake.schemas import MESSAGE_SCHEMA
-    from msglake.schemas.spark import to_spark
+    from msglake.schemas.spark import with_all_columns
 
     doc = from_dict({"lake": {"root": str(tmp_path / "lake")}}, "test").model_dump()
     doc["policies"] = {"a": {"messageTtlMs": 1_000, "deadLetterTopic": "a.dlq"}}  # a.dlq: not declared
@@ -188,9 +188,7 @@ def test_a_later_lookup_sees_a_dead_letter_topic_that_got_its_first_message_sinc
             [(topic, 0, "synthetic", "seg", int(stored[-2:]), message_id, dt.datetime.fromisoformat(stored))],
             "topic string, partition int, sourceFormat string, segment string, segmentPosition bigint, "
             "messageId string, storeTimestamp timestamp")
-        rows = given.select(*[F.col(f.name) if f.name in given.columns else F.lit(None).cast(f.dataType).alias(f.name)
-                              for f in to_spark(MESSAGE_SCHEMA)])
-        rows.write.format("delta").mode("append").save(path)
+        with_all_columns(given, MESSAGE_SCHEMA).write.format("delta").mode("append").save(path)
 
     append("a", "m1", "2026-01-01T00:00:10+00:00")
     append("b", "m2", "2026-01-01T00:00:20+00:00")
