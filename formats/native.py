@@ -16,7 +16,7 @@ import pyarrow as pa
 
 ENV = "MSGLAKE_NATIVE"
 #: The extension's ``API_VERSION`` these codecs call (``native/src/lib.rs``).
-API_VERSION = 8
+API_VERSION = 9
 _warned = False
 
 

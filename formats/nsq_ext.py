@@ -18,7 +18,6 @@ bodies come from it; the steps here stay the reference it is tested against.
 """
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from dataclasses import dataclass
@@ -160,32 +159,60 @@ def _framing(at: np.ndarray, pos: int, kind: str, bad: int) -> Framing:
     return Framing(at, lengths, pos, kind, bad)
 
 
-def last_boundary(path: str, start: int, end: int, core=None) -> tuple[int, str]:
+def last_boundary(path: str, start: int, end: int, core=None, window: int = CHUNK_BYTES) -> tuple[int, str]:
     """Position after the last complete record in ``[start, end)`` of a file, and why it stopped."""
     if end <= start:
         return start, "end"
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        fr = _walk(mm, start, min(end, len(mm)), None, core)
-    return fr[0], fr[1]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        walk = _Boundaries(fd, start, end, core, window)
+        for _ in walk:
+            pass
+        return walk.stop, walk.kind
+    finally:
+        os.close(fd)
 
 
-def _walk(mm, start: int, end: int, every: int | None, core=None):
-    """Length-prefix walk without collecting records; optionally a boundary every ``every`` bytes."""
-    if core is not None:
-        return core.nsq_walk(mm, start, end, every)
-    unpack = _LEN.unpack_from
-    pos, mark, cuts = start, start, []
-    while pos + 4 <= end:
-        (n,) = unpack(mm, pos)
-        if n <= 0 or n > MAX_POSSIBLE_MSG_SIZE:
-            return pos, "broken", cuts
-        if pos + 4 + n > end:
-            return pos, "incomplete", cuts
-        pos += 4 + n
-        if every is not None and pos - mark >= every and pos < end:
-            cuts.append(pos)
-            mark = pos
-    return pos, ("end" if pos == end else "incomplete"), cuts
+class _Boundaries:
+    """Where the records of ``[start, end)`` of an open file end: the planning walks' one reader.
+
+    The file is read ``window`` bytes at a time with ``os.pread`` and each window framed
+    (:func:`frame`). Not mapped: a live segment can shrink (a youzan nsqd rolls back
+    uncommitted writes), and touching a mapped page past the new end of the file kills the
+    process with SIGBUS. Iterating yields each window's record ends (ascending absolute
+    positions, int64); afterwards ``stop`` is the position after the last whole record and
+    ``kind`` why the walk stopped there: "end", "incomplete" (a record or its length prefix
+    runs past the end) or "broken" (a length prefix no writer produces). A file shorter than
+    ``end`` ends where it does; the body of a record longer than a window is not read.
+    """
+
+    def __init__(self, fd: int, start: int, end: int, core=None, window: int = CHUNK_BYTES):
+        self.fd, self.end, self.core, self.window = fd, end, core, max(window, 4)
+        self.stop, self.kind = start, "end"
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        pos = self.stop
+        while pos + 4 <= self.end:
+            want = min(self.end - pos, self.window)
+            buf = os.pread(self.fd, want, pos)
+            if len(buf) < want:
+                self.end = pos + len(buf)  # the file shrank under the walk
+            fr = frame(buf, 0, len(buf), self.core)
+            if len(fr.positions):
+                yield fr.positions + fr.lengths + (pos + 4)
+            pos = self.stop = pos + fr.stop
+            if fr.stop_kind == "broken":
+                self.kind = "broken"
+                return
+            if fr.stop_kind == "incomplete" and fr.stop == 0 and pos + 4 <= self.end:
+                # One record longer than the window: its length prefix says where it ends.
+                nxt = pos + 4 + _LEN.unpack_from(buf, 0)[0]
+                if nxt > self.end:
+                    break
+                yield np.array([nxt], np.int64)
+                pos = self.stop = nxt
+        if pos < self.end:  # a record or a cut length prefix runs past the end
+            self.kind = "incomplete"
 
 
 # ----------------------------------------------------------------------------- decode
@@ -575,7 +602,7 @@ class NsqExtCodec(NativeCodec):
         start = seen[1] if seen is not None and seen[0] <= size and seen[2] != "broken" else 0
         if seen is not None and seen[0] == size:
             return seen[1]
-        boundary, kind = last_boundary(path, start, size, self._core)
+        boundary, kind = last_boundary(path, start, size, self._core, self.chunk_bytes)
         if kind == "broken":
             boundary = size  # framing is lost: the decoder quarantines the rest
         self._walked[path] = (size, boundary, kind)
@@ -587,9 +614,18 @@ class NsqExtCodec(NativeCodec):
         """Record boundaries inside ``(start, end)`` about ``target`` bytes apart."""
         if seg.whole_file or end - start <= target:
             return []
-        with open(os.path.join(root, seg.path), "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            _, _, cuts = _walk(mm, start, min(end, len(mm)), target, self._core)
-        return cuts
+        fd = os.open(os.path.join(root, seg.path), os.O_RDONLY)
+        try:
+            walk = _Boundaries(fd, start, end, self._core, self.chunk_bytes)
+            cuts, mark = [], start
+            for ends in walk:
+                # The first record end at least `target` past the last cut, again and again.
+                while (i := int(np.searchsorted(ends, mark + target))) < len(ends):
+                    mark = int(ends[i])
+                    cuts.append(mark)
+        finally:
+            os.close(fd)
+        return [c for c in cuts if c < walk.end]  # a cut at the end would leave an empty range
 
     def advance(
         self, root: str, seg: SegmentInfo, start: int, end: int, max_bytes: int | None, max_records: int | None
@@ -601,26 +637,26 @@ class NsqExtCodec(NativeCodec):
         if seg.whole_file:
             stop = end if max_bytes is None else min(end, start + max(max_bytes, 1))
             return stop, 0
-        unpack = _LEN.unpack_from
-        with open(os.path.join(root, seg.path), "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            limit = min(end, len(mm))
-            if self._core is not None:
-                return self._core.nsq_advance(mm, start, end, limit, max_bytes, max_records)
+        fd = os.open(os.path.join(root, seg.path), os.O_RDONLY)
+        try:
+            walk = _Boundaries(fd, start, end, self._core, self.chunk_bytes)
             pos, count = start, 0
-            while pos + 4 <= limit:
-                (n,) = unpack(mm, pos)
-                nxt = pos + 4 + n
-                if n <= 0 or n > MAX_POSSIBLE_MSG_SIZE or nxt > limit:
-                    return end, count + 1  # corrupt from here: the decoder quarantines it in one go
-                if count > 0 and (
-                    (max_bytes is not None and nxt - start > max_bytes)
-                    or (max_records is not None and count >= max_records)
-                ):
-                    break
-                pos, count = nxt, count + 1
-            else:
-                if pos < limit:  # a cut length prefix before the committed end: corrupt tail
-                    return end, count + 1
+            for ends in walk:
+                # The first record of the window that goes over the budget, if one does.
+                over = len(ends)
+                if max_bytes is not None:
+                    over = min(over, int(np.searchsorted(ends, start + max_bytes, side="right")))
+                if max_records is not None:
+                    over = min(over, max(max_records - count, 0))
+                if count == 0:
+                    over = max(over, 1)
+                if over < len(ends):
+                    return (int(ends[over - 1]) if over else pos), count + over
+                pos, count = int(ends[-1]), count + len(ends)
+        finally:
+            os.close(fd)
+        if walk.kind != "end":  # corrupt from here, or a cut length prefix: the decoder quarantines it in one go
+            return end, count + 1
         return pos, count
 
     # ---------------------------------------------------------------- decode (task side)

@@ -56,25 +56,6 @@ fn nsq_frame<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64
     Ok((positions(py, fr.positions, None)?, fr.stop, fr.kind.name(), fr.bad))
 }
 
-/// NSQ: the walk without records: (stop, kind, boundaries about `every` bytes apart).
-#[pyfunction]
-#[pyo3(signature = (buf, start, end, every=None))]
-fn nsq_walk(py: Python<'_>, buf: &Bound<'_, PyAny>, start: i64, end: i64, every: Option<i64>)
-    -> PyResult<(i64, &'static str, Vec<i64>)> {
-    let view = View::new(buf)?;
-    let (stop, kind, cuts) = py.allow_threads(|| nsq::framing::walk(view.bytes(), start, end, every));
-    Ok((stop, kind.name(), cuts))
-}
-
-/// NSQ: how far to read from `start` within a budget: (boundary, records).
-#[pyfunction]
-#[pyo3(signature = (buf, start, end, limit, max_bytes=None, max_records=None))]
-fn nsq_advance(py: Python<'_>, buf: &Bound<'_, PyAny>, start: i64, end: i64, limit: i64, max_bytes: Option<i64>,
-               max_records: Option<i64>) -> PyResult<(i64, i64)> {
-    let view = View::new(buf)?;
-    Ok(py.allow_threads(|| nsq::framing::advance(view.bytes(), start, end, limit, max_bytes, max_records)))
-}
-
 /// NSQ: fixed header and ext block of every record: (columns, [(record index, why)] of the
 /// records that fail a check).
 #[pyfunction]
@@ -361,7 +342,7 @@ fn nsq_header_batch(c: nsq::headers::Columns) -> BatchBuilder {
 
 /// Bumped whenever a function's arguments or results change: `formats/native.py` uses the
 /// module only when it names the same version, so a stale build never meets newer codecs.
-const API_VERSION: u32 = 8;
+const API_VERSION: u32 = 9;
 
 #[pymodule]
 fn msglake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -370,8 +351,6 @@ fn msglake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Layout>()?;
     m.add_function(wrap_pyfunction!(gather, m)?)?;
     m.add_function(wrap_pyfunction!(nsq_frame, m)?)?;
-    m.add_function(wrap_pyfunction!(nsq_walk, m)?)?;
-    m.add_function(wrap_pyfunction!(nsq_advance, m)?)?;
     m.add_function(wrap_pyfunction!(nsq_fields, m)?)?;
     m.add_function(wrap_pyfunction!(nsq_scan_headers, m)?)?;
     m.add_function(wrap_pyfunction!(nsq_header_columns, m)?)?;

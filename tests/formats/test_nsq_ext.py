@@ -1,16 +1,21 @@
 """NSQ extended-segment decoder: spec vectors, round trips, bad input."""
 from __future__ import annotations
 
+import importlib.util
 import os
+import random
 import struct
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from msglake.formats import nsq_layout as L
-from msglake.formats.base import decode_root
-from msglake.formats.nsq_ext import NsqExtCodec, frame
+from msglake.formats.base import SegmentInfo, decode_root
+from msglake.formats.nsq_ext import MAX_POSSIBLE_MSG_SIZE, NsqExtCodec, frame, last_boundary
 from msglake.formats.nsq_headers import HeaderError, header_columns, load_header
 from msglake.samples.nsq import generate
 from msglake.samples.nsq_writer import NsqQueueWriter, encode_message
@@ -386,6 +391,126 @@ def test_split_points_and_advance_land_on_record_boundaries(sample):
     assert n == 3 and stop in boundaries
     stop, n = codec.advance(root, seg, 0, seg.committed_end, 1, None)  # one record even over budget
     assert n == 1 and stop > 1
+
+
+#: Both paths where the native core is built.
+PATHS = [False, pytest.param(True, marks=pytest.mark.skipif(importlib.util.find_spec("msglake_native") is None,
+                                                             reason="the native core is not built"))]
+
+
+def _walk_record_by_record(data: bytes, start: int, end: int, every: int | None = None):
+    """The planning walk's rules, one length prefix at a time over the whole file: (stop, kind, cuts)."""
+    end = min(end, len(data))
+    pos, mark, cuts = start, start, []
+    while pos + 4 <= end:
+        n = struct.unpack_from(">i", data, pos)[0]
+        if n <= 0 or n > MAX_POSSIBLE_MSG_SIZE:
+            return pos, "broken", cuts
+        if pos + 4 + n > end:
+            return pos, "incomplete", cuts
+        pos += 4 + n
+        if every is not None and pos - mark >= every and pos < end:
+            cuts.append(pos)
+            mark = pos
+    return pos, ("end" if pos == end else "incomplete"), cuts
+
+
+def _advance_record_by_record(data: bytes, start: int, end: int, max_bytes, max_records):
+    limit = min(end, len(data))
+    pos, count = start, 0
+    while pos + 4 <= limit:
+        n = struct.unpack_from(">i", data, pos)[0]
+        nxt = pos + 4 + n
+        if n <= 0 or n > MAX_POSSIBLE_MSG_SIZE or nxt > limit:
+            return end, count + 1
+        if count > 0 and ((max_bytes is not None and nxt - start > max_bytes)
+                          or (max_records is not None and count >= max_records)):
+            return pos, count
+        pos, count = nxt, count + 1
+    return (end, count + 1) if pos < limit else (pos, count)
+
+
+def _random_segment(rng: random.Random) -> bytes:
+    """Length-prefixed records (some longer than the walks' small windows), then one of the tails
+    a live or damaged segment has: none, a record cut short, a cut length prefix, a prefix no
+    writer produces."""
+    out = b"".join(struct.pack(">i", n) + rng.randbytes(n)
+                   for n in (rng.choice([1, 7, 60, 300, 5000]) for _ in range(rng.randrange(0, 25))))
+    tail = rng.choice(["none", "cut record", "cut prefix", "broken"])
+    if tail == "cut record":
+        out += struct.pack(">i", 900) + rng.randbytes(rng.randrange(0, 900))
+    elif tail == "cut prefix":
+        out += struct.pack(">i", 12)[: rng.randrange(1, 4)]
+    elif tail == "broken":
+        out += struct.pack(">i", rng.choice([0, -5, MAX_POSSIBLE_MSG_SIZE + 1])) + rng.randbytes(20)
+    return out
+
+
+@pytest.mark.parametrize("native", PATHS)
+def test_planning_walks_read_in_windows_agree_with_a_walk_one_record_at_a_time(tmp_path, native):
+    # The walks read a window at a time; records longer than a window and records cut at a
+    # window's end must give the answers of one walk over the whole file, on both paths.
+    rng = random.Random(7)
+    (tmp_path / "t").mkdir()
+    path = tmp_path / "t" / "t.diskqueue.000000.dat"
+    for _ in range(40):
+        data = _random_segment(rng)
+        path.write_bytes(data)
+        seg = SegmentInfo("t/" + path.name, path.name, "t", 0, len(data), True, None, len(data))
+        inner = [0] + [p for p in _walk_record_by_record(data, 0, len(data), 1)[2]]
+        for window in (4, 9, 64, 700, 1 << 20):
+            codec = NsqExtCodec(native=native, chunk_bytes=window)
+            for start in {0, rng.choice(inner)}:
+                for end in {len(data), rng.randrange(start, len(data) + 1), len(data) + 50}:
+                    stop, kind, _ = _walk_record_by_record(data, start, end)
+                    if end > start:
+                        assert last_boundary(str(path), start, end, codec._core, window) == (stop, kind)
+                    for target in (1, 50, 1000):
+                        want = [] if end - start <= target else _walk_record_by_record(data, start, end, target)[2]
+                        assert codec.split_points(str(tmp_path), seg, start, end, target) == want
+                    for budget in ((1, None), (None, 3), (400, 2), (6000, None), (None, None), (None, 0)):
+                        assert (codec.advance(str(tmp_path), seg, start, end, *budget)
+                                == _advance_record_by_record(data, start, end, *budget)), (window, start, end, budget)
+
+
+_SHRINKING_WALKER = """
+import sys, time
+from msglake.formats.base import SegmentInfo
+from msglake.formats.nsq_ext import NsqExtCodec, last_boundary
+root, name, size, native = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+codec = NsqExtCodec(native=native)
+seg = SegmentInfo("t/" + name, name, "t", 0, size, False, None, size)
+until = time.monotonic() + float(sys.argv[5])
+while time.monotonic() < until:
+    last_boundary(f"{root}/t/{name}", 0, size, codec._core)
+    codec.split_points(root, seg, 0, size, 1 << 20)
+    codec.advance(root, seg, 0, size, None, None)
+print("walked")
+"""
+
+
+@pytest.mark.parametrize("native", PATHS)
+def test_a_segment_that_shrinks_under_the_planning_walks_does_not_kill_the_process(tmp_path, native):
+    # A live segment can shrink (a youzan nsqd rolls back uncommitted writes). Walked through a
+    # mapping, a page past the new end killed the process with SIGBUS (returncode -7, every run
+    # of this test on the code before); the walks must only see a shorter file.
+    one = struct.pack(">i", 500) + bytes(500)
+    data = one * 40_000  # 20 MB
+    (tmp_path / "t").mkdir()
+    path = tmp_path / "t" / "t.diskqueue.000000.dat"
+    path.write_bytes(data)
+    walker = subprocess.Popen([sys.executable, "-c", _SHRINKING_WALKER, str(tmp_path), path.name, str(len(data)),
+                               "1" if native else "0", "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    half = len(data) // 2
+    while walker.poll() is None:
+        os.truncate(path, half)
+        time.sleep(0.002)
+        with open(path, "r+b") as f:
+            f.seek(half)
+            f.write(data[half:])
+        time.sleep(0.005)
+    out, err = walker.communicate()
+    assert (walker.returncode, out.strip()) == (0, b"walked"), err.decode()[-2000:]
 
 
 def test_gather_is_a_view_of_the_right_bytes():
