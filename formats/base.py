@@ -330,6 +330,29 @@ def padding_batch(source_format: str, seg: SegmentInfo, position: int, length: i
     )
 
 
+def quarantine_range(source_format: str, seg: SegmentInfo, fd: int, a: int, b: int, reason: str,
+                     chunk_bytes: int) -> Iterator[DecodeResult]:
+    """Quarantine the raw bytes ``[a, b)`` of an open file, a read of about ``chunk_bytes`` at a time.
+
+    Rows are cut every ``MAX_QUARANTINE_CHUNK`` bytes from ``a`` and reads hold whole rows, so the
+    rows are the same whatever the chunk size; a broken region as large as its file (a segment
+    whose framing is lost near its start) is never held in memory whole. Bytes gone before they
+    were read (the file shrank) are a loss row.
+    """
+    step = max(chunk_bytes // MAX_QUARANTINE_CHUNK, 1) * MAX_QUARANTINE_CHUNK
+    pos = a
+    while pos < b:
+        data = os.pread(fd, min(b - pos, step), pos)
+        if not data:
+            break  # the file shrank
+        qb = QuarantineBuilder(source_format, seg)
+        qb.add(pos, data, reason)
+        pos += len(data)
+        yield DecodeResult(qb.build(), pos, 0, len(data))
+    if pos < b:
+        yield shrink_loss(source_format, seg, pos, b)
+
+
 def shrink_loss(source_format: str, seg: SegmentInfo, gone_from: int, planned_end: int) -> DecodeResult:
     """The result for committed bytes that vanished while being read (the file shrank)."""
     qb = QuarantineBuilder(source_format, seg)

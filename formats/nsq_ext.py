@@ -39,6 +39,7 @@ from msglake.formats.base import (
     Constants,
     constant_columns,
     gather_slices,
+    quarantine_range,
     scatter,
     shrink_loss,
     source_batch,
@@ -673,7 +674,8 @@ class NsqExtCodec(NativeCodec):
         fd = os.open(os.path.join(root, seg.path), os.O_RDONLY)
         try:
             if seg.whole_file:
-                yield from self._quarantine_file(fd, seg, start, end)
+                yield from quarantine_range(SOURCE_FORMAT, seg, fd, start, end, seg.problem or "unreadable file",
+                                            self.chunk_bytes)
                 return
             pos, planned_end = start, end
             while pos < end:
@@ -698,21 +700,21 @@ class NsqExtCodec(NativeCodec):
                 chunk = decode_chunk(np.frombuffer(data, np.uint8), pos, fr, seg, self.store_host, qb, self._core,
                                      plain)
                 next_pos = pos + fr.stop
+                lost = None  # why the rest of the range is quarantined, when it is
                 if fr.stop_kind == "broken":
-                    qb.add(next_pos, os.pread(fd, end - next_pos, next_pos),
-                           f"invalid length prefix {fr.bad_length}: record framing is lost "
-                           "from here to the end of committed data")
-                    next_pos = end
+                    lost = (f"invalid length prefix {fr.bad_length}: record framing is lost "
+                            "from here to the end of committed data")
                 elif fr.stop_kind == "incomplete" and (chunk_end == end or len(fr.positions) == 0):
                     # The range ends on a committed boundary, so a record that runs past it
                     # (or a cut length prefix) is corrupt, not pending.
-                    qb.add(next_pos, os.pread(fd, end - next_pos, next_pos),
-                           f"truncated record: {end - next_pos} bytes before the end of committed data"
-                           + (f", length prefix says {fr.bad_length}" if fr.bad_length else ""))
-                    next_pos = end
+                    lost = (f"truncated record: {end - next_pos} bytes before the end of committed data"
+                            + (f", length prefix says {fr.bad_length}" if fr.bad_length else ""))
                 batches = [b for b in (chunk.batch, qb.build() if qb.positions else None) if b is not None]
                 if batches:
                     yield DecodeResult(concat_batches(batches), next_pos, chunk.decoded_bytes, qb.nbytes)
+                if lost is not None:
+                    yield from quarantine_range(SOURCE_FORMAT, seg, fd, next_pos, end, lost, self.chunk_bytes)
+                    next_pos = end
                 if next_pos <= pos:  # cannot happen on a boundary end; never spin
                     raise RuntimeError(f"{seg.path}: decoder made no progress at {pos}")
                 pos = next_pos
@@ -721,10 +723,4 @@ class NsqExtCodec(NativeCodec):
         finally:
             os.close(fd)
 
-    def _quarantine_file(self, fd: int, seg: SegmentInfo, start: int, end: int) -> Iterator[DecodeResult]:
-        qb = QuarantineBuilder(SOURCE_FORMAT, seg)
-        data = os.pread(fd, end - start, start)
-        if data:
-            qb.add(start, data, seg.problem or "unreadable file")
-            yield DecodeResult(qb.build(), start + len(data), 0, len(data))
 

@@ -44,7 +44,6 @@ from msglake.formats import native as NV
 from msglake.formats.native import NativeCodec
 from msglake.formats.options import CodecOptions, PositiveInt
 from msglake.formats.base import (
-    MAX_QUARANTINE_CHUNK,
     DecodeResult,
     QuarantineBuilder,
     ScanResult,
@@ -57,6 +56,7 @@ from msglake.formats.base import (
     gather_slices,
     hex_upper,
     padding_batch,
+    quarantine_range,
     scatter,
     shrink_loss,
     source_batch,
@@ -794,7 +794,8 @@ class RocketMqCommitLogCodec(NativeCodec):
         fd = os.open(os.path.join(root, seg.path), os.O_RDONLY)
         try:
             if seg.whole_file:
-                yield from self._quarantine(fd, seg, start, end, seg.problem or "unreadable file")
+                yield from quarantine_range(SOURCE_FORMAT, seg, fd, start, end, seg.problem or "unreadable file",
+                                            self.chunk_bytes)
                 return
             size = os.fstat(fd).st_size
             stop_at = min(end, size)
@@ -837,7 +838,8 @@ class RocketMqCommitLogCodec(NativeCodec):
                 else:
                     tail = (f"{gap_end - nxt} bytes skipped to the next valid record at {q}" if q is not None
                             else f"no valid record follows: the remaining {gap_end - nxt} bytes are quarantined")
-                    yield from self._quarantine(fd, seg, nxt, gap_end, f"{fr.why} at {nxt}; {tail}")
+                    yield from quarantine_range(SOURCE_FORMAT, seg, fd, nxt, gap_end, f"{fr.why} at {nxt}; {tail}",
+                                                self.chunk_bytes)
                 pos = gap_end
             if end > stop_at:
                 yield shrink_loss(SOURCE_FORMAT, seg, stop_at, end)
@@ -857,25 +859,6 @@ class RocketMqCommitLogCodec(NativeCodec):
         at = NV.arrow(at)
         return Framing(NV.numbers(at, "positions"), NV.numbers(at, "lengths"), stop, kind, why, need,
                        (NV.arrow_as(rows, SOURCE_SCHEMA), NV.arrow(outer), reasons))
-
-    def _quarantine(self, fd: int, seg: SegmentInfo, a: int, b: int, reason: str) -> Iterator[DecodeResult]:
-        """Quarantine raw bytes ``[a, b)`` of a file, a few rows at a time.
-
-        Rows are cut every ``MAX_QUARANTINE_CHUNK`` bytes from ``a`` and reads hold whole rows,
-        so the rows are the same whatever the chunk size.
-        """
-        step = max(self.chunk_bytes // MAX_QUARANTINE_CHUNK, 1) * MAX_QUARANTINE_CHUNK
-        pos = a
-        while pos < b:
-            data = os.pread(fd, min(b - pos, step), pos)
-            if not data:
-                break  # the file shrank
-            qb = QuarantineBuilder(SOURCE_FORMAT, seg)
-            qb.add(pos, data, reason)
-            pos += len(data)
-            yield DecodeResult(qb.build(), pos, 0, len(data))
-        if pos < b:
-            yield shrink_loss(SOURCE_FORMAT, seg, pos, b)
 
     def _records(self, buf: np.ndarray, base: int, fr: Framing, seg: SegmentInfo, qb: QuarantineBuilder):
         """Decode the framed records of ``buf`` (file bytes from ``base``); bad ones go to ``qb``."""

@@ -473,6 +473,27 @@ def test_planning_walks_read_in_windows_agree_with_a_walk_one_record_at_a_time(t
                                 == _advance_record_by_record(data, start, end, *budget)), (window, start, end, budget)
 
 
+@pytest.mark.parametrize("native", PATHS)
+def test_a_long_broken_region_is_quarantined_a_chunk_at_a_time(tmp_path, native):
+    # Framing lost near the start of a 5 MiB segment: the rest is quarantined in reads of about
+    # a chunk, never held whole (it was one read and one batch, however large the region), and
+    # its rows (1 MiB each, cut from the region's start) do not depend on the chunk size.
+    with NsqQueueWriter(str(tmp_path), "t", 0) as w:
+        w.put(b"ok", timestamp_ns=TS)
+        w.put_raw(struct.pack(">i", 0) + random.Random(3).randbytes(5 << 20))
+    rows = []
+    for chunk in (1 << 20, 2 << 20, 8 << 20):
+        codec = NsqExtCodec(native=native, chunk_bytes=chunk)
+        [seg] = codec.scan(str(tmp_path)).segments
+        results = list(codec.decode(str(tmp_path), seg, 0, seg.committed_end))
+        assert max(sum(len(r or b"") for r in res.batch["rawBytes"].to_pylist()) for res in results) <= chunk
+        assert sum(res.decoded_bytes + res.quarantined_bytes for res in results) == seg.committed_end
+        out = pa.Table.from_batches([res.batch for res in results])
+        rows.append(out.select(["segmentPosition", "recordLength", "reason"]).to_pylist())
+    assert rows[0] == rows[1] == rows[2]
+    assert len(rows[0]) == 1 + 6 and rows[0][1]["reason"].startswith("invalid length prefix 0")
+
+
 _SHRINKING_WALKER = """
 import sys, time
 from msglake.formats.base import SegmentInfo
