@@ -275,33 +275,41 @@ def build_session(settings: Settings, app_name: str | None = None, master: str |
 #: Around 20K rows the two ways of evaluating cost the same (a replay of bench_replay.py's lake,
 #: below).
 SMALL_JOB_ROWS = 10_000
-#: Spark's code generation: the defaults, and what :func:`sized_for` sets for a small job.
-CODEGEN = {"spark.sql.codegen.wholeStage": ("true", "false"),
-           "spark.sql.codegen.factoryMode": ("FALLBACK", "NO_CODEGEN")}
+#: What :func:`sized_for` sets for a small job, with Spark's defaults: no code generation, and
+#: no adaptive query execution.
+SMALL_JOB_CONF = {"spark.sql.codegen.wholeStage": ("true", "false"),
+                  "spark.sql.codegen.factoryMode": ("FALLBACK", "NO_CODEGEN"),
+                  "spark.sql.adaptive.enabled": ("true", "false")}
 
 
 @contextmanager
 def sized_for(spark, small: bool):
-    """Within, the session's jobs evaluate their expressions interpreted when ``small`` (the job
-    reads at most :data:`SMALL_JOB_ROWS` rows); True when they do.
+    """Within, the session's jobs evaluate their expressions interpreted and are planned once,
+    without adaptive query execution, when ``small`` (the job reads at most
+    :data:`SMALL_JOB_ROWS` rows); True when they are.
 
     Spark compiles Java source for every plan it runs (whole-stage code, projections,
     predicates, orderings), and the JVM then interprets the compiled classes until its JIT has
     compiled them too: on a few thousand rows that costs more than it saves, and a replay runs
     dozens of plans. Measured with ``msglake replay`` of the worked example (seven messages): a
     new process 15.1-15.2 -> 12.2-12.6 s, warm 3.7-4.8 -> 3.1-4.4 s; of bench_replay.py's lake,
-    warm: 20K messages 13.1 s either way, 200K 16.8 s compiled against 27.1 s interpreted. The
-    session's settings are left alone when either key is not at Spark's default (a user's own
+    warm: 20K messages 13.1 s either way, 200K 16.8 s compiled against 27.1 s interpreted.
+    Adaptive execution plans each shuffle's and broadcast's consumers again once it has run, a
+    job of its own per stage, to fit partitions and joins to data that a small job does not
+    have: the worked example's ``msglake replay`` as a new process, its replay (after the
+    session is up) with and without it, alternated five times: 8.4-11.3 s -> 8.0-10.7 s
+    (median 9.0 -> 8.6 s, lower in every pair; the same output). The
+    session's settings are left alone when any key is not at Spark's default (a user's own
     choice), and are set back on the way out. The settings are the session's: a job another
-    thread runs on it meanwhile runs interpreted too (the same results; slower, if it is large).
+    thread runs on it meanwhile runs this way too (the same results; slower, if it is large).
     """
-    if not small or any(spark.conf.get(key) != default for key, (default, _) in CODEGEN.items()):
+    if not small or any(spark.conf.get(key) != default for key, (default, _) in SMALL_JOB_CONF.items()):
         yield False
         return
-    for key, (_, interpreted) in CODEGEN.items():
-        spark.conf.set(key, interpreted)
+    for key, (_, value) in SMALL_JOB_CONF.items():
+        spark.conf.set(key, value)
     try:
         yield True
     finally:
-        for key in CODEGEN:
+        for key in SMALL_JOB_CONF:
             spark.conf.unset(key)

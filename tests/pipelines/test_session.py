@@ -1,9 +1,9 @@
-"""The session factory's sizing of a job: a small job's driver JIT and its interpreted expressions."""
+"""The session factory's sizing of a job: a small job's driver JIT, its interpreted expressions, no AQE."""
 from __future__ import annotations
 
 import pytest
 
-from msglake.pipelines.session import CODEGEN, SMALL_JOB_JIT, driver_java_options, sized_for
+from msglake.pipelines.session import SMALL_JOB_CONF, SMALL_JOB_JIT, driver_java_options, sized_for
 
 from tests.conftest import make_settings
 
@@ -22,18 +22,18 @@ def whole_stage(spark) -> bool:
 
 
 def test_a_small_job_runs_interpreted_and_the_session_is_set_back(spark):
-    defaults = {key: default for key, (default, _) in CODEGEN.items()}
-    assert {key: spark.conf.get(key) for key in CODEGEN} == defaults and whole_stage(spark)
+    defaults = {key: default for key, (default, _) in SMALL_JOB_CONF.items()}
+    assert {key: spark.conf.get(key) for key in SMALL_JOB_CONF} == defaults and whole_stage(spark)
     with sized_for(spark, True) as interpreted:
         assert interpreted and not whole_stage(spark)
         assert spark.conf.get("spark.sql.codegen.factoryMode") == "NO_CODEGEN"
         assert spark.range(3).selectExpr("sum(id * 2) AS s").first()["s"] == 6
-    assert {key: spark.conf.get(key) for key in CODEGEN} == defaults and whole_stage(spark)
+    assert {key: spark.conf.get(key) for key in SMALL_JOB_CONF} == defaults and whole_stage(spark)
     with sized_for(spark, False) as interpreted:
         assert not interpreted and whole_stage(spark)
     with pytest.raises(ZeroDivisionError), sized_for(spark, True):
         raise ZeroDivisionError  # a job that fails leaves the session as it found it too
-    assert {key: spark.conf.get(key) for key in CODEGEN} == defaults
+    assert {key: spark.conf.get(key) for key in SMALL_JOB_CONF} == defaults
 
 
 def test_a_users_own_code_generation_setting_is_left_alone(spark):
