@@ -521,7 +521,7 @@ def test_a_segment_that_shrinks_under_the_planning_walks_does_not_kill_the_proce
     path = tmp_path / "t" / "t.diskqueue.000000.dat"
     path.write_bytes(data)
     walker = subprocess.Popen([sys.executable, "-c", _SHRINKING_WALKER, str(tmp_path), path.name, str(len(data)),
-                               "1" if native else "0", "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                               "1" if native else "0", "1.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     half = len(data) // 2
     while walker.poll() is None:
         os.truncate(path, half)
