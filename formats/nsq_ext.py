@@ -722,5 +722,3 @@ class NsqExtCodec(NativeCodec):
                 yield shrink_loss(SOURCE_FORMAT, seg, end, planned_end)
         finally:
             os.close(fd)
-
-
