@@ -31,7 +31,7 @@ import sys
 import time
 
 from bench_ingest import ensure_data  # benchmarks/ is on sys.path when a script in it runs
-from suite import base_dir
+from suite import data_dir
 
 CALLS = {"nsq-ext": "nsq_chunk", "rocketmq-commitlog": "rmq_chunk"}
 
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
             p.error(f"{name}: API_VERSION {found}, this checkout's codecs call API {native.API_VERSION}")
     os.sched_setaffinity(0, {args.cpu})
     os.environ["MSGLAKE_NATIVE"] = "1"
-    data = base_dir(args.format, args.messages)
+    data = data_dir(args.format, args.messages)
     ensure_data(args.format, data, args.messages)
     codec = get_codec(args.format)
     segments = codec.scan(str(data)).segments

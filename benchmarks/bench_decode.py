@@ -4,7 +4,7 @@ and for RocketMQ its own Java ``MessageDecoder`` on the same files.
     .venv/bin/python benchmarks/bench_decode.py [--messages 1000000] [--formats nsq-ext,rocketmq-commitlog]
         [--repeat 3]
 
-Uses the suite's data sets (bench-data/suite-<format>-<N>/, generated once, no bad inputs) and
+Uses the suite's data sets (bench-data/suite-<format>-<N>/data/, generated once, no bad inputs) and
 times what a Spark task runs (:func:`bench_ingest.decode_pass`: decode every file chunk by chunk,
 the scan untimed) with ``MSGLAKE_NATIVE=0`` and ``=1``, best of ``--repeat`` passes each, the
 page cache warm and the process pinned to one CPU. Both paths must decode every message. The
@@ -26,7 +26,7 @@ import time
 import java_peer  # benchmarks/ is on sys.path when a script in it runs
 from bench_ingest import decode_pass, ensure_data
 from results_file import write
-from suite import PEER_FORMAT, base_dir
+from suite import PEER_FORMAT, data_dir
 
 PATHS = {"python": "0", "native": "1"}
 
@@ -127,7 +127,7 @@ def main(argv=None) -> int:
     result = {"messages": args.messages, "formats": {}}
     lines = ["| format | path | msg/s | MB/s | seconds |", "|---|---|---:|---:|---:|"]
     for fmt in args.formats.split(","):
-        data = base_dir(fmt, args.messages)
+        data = data_dir(fmt, args.messages)
         expected = ensure_data(fmt, data, args.messages)
         decode_pass(fmt, data)  # warm the page cache
         runs = {path: best_pass(fmt, data, path, args.repeat) for path in PATHS}

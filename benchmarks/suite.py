@@ -112,6 +112,15 @@ def base_dir(fmt: str, n: int | str) -> Path:
     return REPO / "bench-data" / f"suite-{fmt}-{n}"
 
 
+def data_dir(fmt: str, n: int | str) -> Path:
+    """Where the data set of ``n`` messages is generated (its Parquet copy is beside it, in
+    ``base_dir``). Every bench that uses the suite's sets takes them from here: ``ensure_data``
+    removes a folder without its ``.complete`` marker, so a bench that generated into
+    ``base_dir`` itself deleted the suite's set and its Parquet copy, and the suite's next run
+    generated both again."""
+    return base_dir(fmt, n) / "data"
+
+
 def codec_options(fmt: str):
     """The codec options of the runs' source, so the Parquet input holds the rows ingest writes."""
     return settings_for(REPO, REPO, fmt, "local[2]", "1g", semantics=False).source().codec_options()
@@ -670,27 +679,28 @@ def main(argv=None) -> int:
     data = {}
     for fmt in formats:
         fr = result["formats"][fmt] = {"sizes": {}}
-        warm = base_dir(fmt, f"warmup-{warmup}") / "data"
+        warm = data_dir(fmt, f"warmup-{warmup}")
         data[(fmt, "warmup")] = (warm, ensure_data(fmt, warm, warmup))
         if "decode" in parts:
             decode_pass(fmt, warm)  # untimed: the codec's first use (imports, caches) is not its speed
         for n in sizes:
             base = base_dir(fmt, n)
             log(f"{fmt} {n:,}: data set under {base.relative_to(REPO)}")
-            expected = ensure_data(fmt, base / "data", n)
-            data[(fmt, n)] = (base / "data", expected)
-            s = fr["sizes"][str(n)] = {"size": n, "messages": expected, "dataBytes": data_bytes(fmt, base / "data")}
+            path = data_dir(fmt, n)
+            expected = ensure_data(fmt, path, n)
+            data[(fmt, n)] = (path, expected)
+            s = fr["sizes"][str(n)] = {"size": n, "messages": expected, "dataBytes": data_bytes(fmt, path)}
             if "ceiling" in parts:
-                s["parquetBytes"] = ensure_parquet(fmt, base / "data", base / "parquet", expected)
+                s["parquetBytes"] = ensure_parquet(fmt, path, base / "parquet", expected)
             if "read" in parts:
-                s["rawRead"] = raw_read(fmt, base / "data")
+                s["rawRead"] = raw_read(fmt, path)
                 log(f"  raw read: {s['rawRead']['bytes'] / 1e6:,.1f} MB at {s['rawRead']['mbPerS']:,.0f} MB/s "
                     "(warm cache)")
             if "decode" in parts:
-                s["decode"] = decode(fmt, base / "data", expected)
+                s["decode"] = decode(fmt, path, expected)
                 log(f"  decode: {s['decode']['messagesPerS']:,.0f} msg/s, {s['decode']['mbPerS']:,.1f} MB/s")
                 if fmt == PEER_FORMAT:
-                    s["javaPeer"] = peer_decode(base / "data", expected, s["decode"])
+                    s["javaPeer"] = peer_decode(path, expected, s["decode"])
 
     # 6: memory, each run in a fresh process (before this process starts its own JVM)
     for fmt in formats if "memory" in parts else ():
