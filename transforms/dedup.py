@@ -21,6 +21,9 @@ table at all (idempotent writes).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+import numpy as np
 from pyspark.sql import Column, DataFrame, Window, functions as F
 
 RETRY_LOCATION = ("partition", "segment", "segmentPosition")
@@ -69,19 +72,40 @@ def _copies(keys: DataFrame, earlier: DataFrame) -> DataFrame:
             .unionByName(earlier.select(*KEY_COLUMNS).withColumn(_IN_BATCH, F.lit(False))))
 
 
-def _key_hash() -> Column:
-    return F.xxhash64("dedupKey")
+def key_hash(key: Column | None = None) -> Column:
+    """A 64-bit hash of ``dedupKey`` (or of ``key``, a :func:`dedup_key`): two keys that differ
+    may share it, equal keys always do. What candidates for a retry are found by, here and in
+    the first copies a sink keeps (``pipelines.io.first_copies``)."""
+    return F.xxhash64(F.col("dedupKey") if key is None else key)
+
+
+def repeated(hashes: np.ndarray, earlier: Iterable[np.ndarray] = ()) -> np.ndarray:
+    """The :func:`key_hash` values among ``hashes`` (a batch's keys') that occur more than once
+    in it or in one of ``earlier`` (sorted arrays: the hashes of the first copies before the
+    batch): only keys with those hashes can have a retry, usually a small part of a batch, often
+    none. A superset of the repeated keys, as two keys may share a hash.
+
+    Found in the driver from the hashes a small batch's first pass collects, with no Spark job;
+    :func:`repeat_candidates` finds the same by a Spark aggregate, for a batch too large to
+    collect them."""
+    hashes = np.asarray(hashes, dtype=np.int64)
+    distinct, counts = np.unique(hashes, return_counts=True)
+    found = [distinct[counts > 1]]
+    for known in earlier:
+        if len(known):
+            at = np.minimum(np.searchsorted(known, distinct), len(known) - 1)
+            found.append(distinct[known[at] == distinct])
+    return np.unique(np.concatenate(found))
 
 
 def repeat_candidates(keys: DataFrame, earlier: DataFrame) -> DataFrame:
     """``keyHash`` of the keys that may occur more than once among ``keys`` and ``earlier``
-    (parameters: :meth:`RetryRule.decide`): only those can have a retry, usually a small part of a
-    batch. A superset of the repeated keys, as two keys may share a hash.
+    (parameters: :meth:`RetryRule.decide`), as :func:`repeated` finds them, by a Spark aggregate.
 
-    Grouped by a 64-bit hash, not by the key with the first copy's location: that aggregate
+    Grouped by the 64-bit hash, not by the key with the first copy's location: that aggregate
     (a minimum over a struct) runs as a sort, this one as a hash aggregate (1.07M keys, local[2]:
     a sort 2.9-3.4 s, this 1.4-1.8 s)."""
-    return (_copies(keys, earlier).groupBy(_key_hash().alias("keyHash")).count()
+    return (_copies(keys, earlier).groupBy(key_hash().alias("keyHash")).count()
             .where(F.col("count") > 1).select("keyHash"))
 
 
@@ -124,7 +148,8 @@ class RetryRule:
         self._located = [*[F.col(c) for c in RETRY_LOCATION], first]
         self._retry, self._first_copy = F.col("retryOf").isNotNull(), F.col("retryOf").isNull()
         self._retries = [*[F.col(c) for c in RETRY_LOCATION], F.col("retryOf")]
-        self._key_hash = _key_hash()
+        self._key_hash = key_hash()
+        self._no_retry = F.when(F.lit(False), F.struct(*[F.col(c) for c in RETRY_LOCATION])).alias("retryOf")
 
     def _with_first(self, copies: DataFrame) -> DataFrame:
         """The batch's rows of ``copies`` (:func:`_copies`) with their first copy, ``first``."""
@@ -146,9 +171,10 @@ class RetryRule:
             later ones included (a copy stored before one of those is its retry). They stay first
             copies.
         candidates : DataFrame, optional
-            :func:`repeat_candidates` of the same keys, small enough to broadcast (the caller
-            knows its size): the first copies are then found for those keys only and broadcast,
-            so the batch's keys are not shuffled again. Without it, for every key.
+            ``keyHash``: the :func:`repeated` (or :func:`repeat_candidates`) hashes of the same
+            keys and copies, small enough to broadcast (the caller knows its size): the first
+            copies are then found for those keys only and broadcast, so the batch's keys are not
+            shuffled again. Without it, for every key.
         """
         if candidates is None:
             # Each key's first copy by a window over the copies, not an aggregate joined back:
@@ -163,6 +189,12 @@ class RetryRule:
         firsts = F.broadcast(self._with_first(copies).select(*self._located))
         # A key without a first copy here is not a candidate: it occurs once, so it is its own first.
         return keys.join(firsts, on=list(RETRY_LOCATION), how="left").select(*self._decided)
+
+    def none(self, keys: DataFrame) -> DataFrame:
+        """``keys`` decided as :meth:`decide` decides keys that occur once among the copies: each
+        is its own first copy, ``retryOf`` null. For a caller that knows that of every key (by
+        :func:`key_hash`: no hash repeats among the batch's keys and the first copies before)."""
+        return keys.select(*self._keys, self._no_retry)
 
     def retries(self, decided: DataFrame) -> DataFrame:
         """The retries of :meth:`decide`'s rows, as :func:`mark_retries` takes them."""

@@ -32,10 +32,11 @@ import uuid
 from functools import reduce
 from typing import NamedTuple
 
+import numpy as np
 from pyspark.sql import DataFrame, SparkSession, functions as F
 
 from msglake.pipelines.io.once import commit_metadata, log_version, marked_batch
-from msglake.transforms.dedup import RETRY_LOCATION
+from msglake.transforms.dedup import RETRY_LOCATION, key_hash
 
 #: What ``transforms.dedup.retry_keys`` keeps of a row.
 COLUMNS = ("dedupKey", "storeTimestamp", *RETRY_LOCATION)
@@ -54,6 +55,13 @@ class Piece(NamedTuple):
     oldest: dt.datetime
     newest: dt.datetime
     rows: DataFrame
+    #: The ``transforms.dedup.key_hash`` of every row (more is harmless), sorted; None until
+    #: :meth:`FirstCopies.hashes` needs them (a Spark job over the rows, once per piece).
+    hashes: np.ndarray | None = None
+
+
+def _sorted(hashes) -> np.ndarray:
+    return np.sort(np.asarray(hashes, dtype=np.int64))
 
 
 def _utc(t: dt.datetime) -> dt.datetime:
@@ -104,6 +112,19 @@ class FirstCopies:
             self.pieces, self.low, self.version = [Piece(start, newest, read)], start, version
         return self._rows(start)
 
+    def hashes(self, spark: SparkSession, since: dt.datetime) -> list[np.ndarray]:
+        """The sorted ``transforms.dedup.key_hash`` values of the first copies :meth:`earlier`
+        gives for ``since``, a piece each (more: a piece is not cut to the window, and an older
+        row only makes a repeat look possible), for ``transforms.dedup.repeated``. A piece whose
+        hashes are not known yet (read from the table or the saved index, or written by a batch
+        that did not give them) is hashed by a Spark job, once."""
+        self.earlier(spark, since)  # the pieces stand for the table from here on
+        for i, p in enumerate(self.pieces):
+            if p.hashes is None:
+                column = p.rows.select(key_hash().alias("h")).toArrow().column("h")
+                self.pieces[i] = p._replace(hashes=_sorted(column.to_numpy(zero_copy_only=False)))
+        return [p.hashes for p in self.pieces]
+
     def _rows(self, start: dt.datetime) -> DataFrame:
         """The pieces' rows stored from ``start`` on. Only a piece that holds older rows is
         filtered: a filter's time is written into the code Spark generates for it, so each
@@ -118,9 +139,11 @@ class FirstCopies:
         return self._rows(self.low)
 
     def wrote(self, firsts: DataFrame, since: dt.datetime, newest: dt.datetime, before: int | None,
-              after: int | None) -> None:
+              after: int | None, hashes: np.ndarray | None = None) -> None:
         """Take a batch's first copies in, once its write made the table go from version ``before``
         to ``after``: the pieces stand for ``after`` only when no other commit came in between.
+        ``hashes``: the ``key_hash`` of every key of the batch (its first copies among them), when
+        known.
 
         ``firsts`` must be kept rows (a checkpoint, or a filter over one), not a plan with a join:
         every later batch that reads the pieces would plan it again (its small side broadcast: a
@@ -134,7 +157,7 @@ class FirstCopies:
         dropped = [p.newest for p in self.pieces if p.newest < start]
         if dropped:  # what they held is older than what is left complete
             self.low = max(self.low, max(dropped) + dt.timedelta(microseconds=1))
-        self.pieces = kept + [Piece(_utc(since), newest, firsts)]
+        self.pieces = kept + [Piece(_utc(since), newest, firsts, None if hashes is None else _sorted(hashes))]
         if len(self.pieces) > MAX_PIECES:
             # Rows before this batch's window go too: a later batch that needs them reads the table.
             self.low = max(self.low, start)
@@ -142,7 +165,9 @@ class FirstCopies:
             # merged piece grew by the partitions of every piece merged into it (a task each).
             parallelism = firsts.sparkSession.sparkContext.defaultParallelism
             merged = self._complete().coalesce(parallelism).localCheckpoint(eager=True)
-            self.pieces = [Piece(self.low, max(p.newest for p in self.pieces), merged)]
+            known = [p.hashes for p in self.pieces]
+            hashes = None if any(h is None for h in known) else _sorted(np.concatenate(known))
+            self.pieces = [Piece(self.low, max(p.newest for p in self.pieces), merged, hashes)]
         self.version = after
 
     def save(self, spark: SparkSession) -> bool:

@@ -11,9 +11,9 @@ import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from pyspark.sql import Column, DataFrame, functions as F
-
+import numpy as np
 import pyarrow as pa
+from pyspark.sql import Column, DataFrame, functions as F
 
 from msglake.errors import QualityRuleFailed
 from msglake.pipelines.io.first_copies import INDEX as FIRST_COPIES_INDEX, FirstCopies
@@ -23,7 +23,8 @@ from msglake.schemas import MESSAGES_TABLE, QUARANTINE_TABLE
 from msglake.schemas.messages import DECODED_SCHEMA, DEDUP, DERIVED
 from msglake.schemas.quarantine import QUARANTINE_DETAIL, QUARANTINE_LOCATION
 from msglake.schemas.spark import to_spark
-from msglake.transforms.dedup import RetryRule, dedup_key, mark_retries, repeat_candidates, retry_keys
+from msglake.transforms.dedup import (RetryRule, dedup_key, key_hash, mark_retries, repeat_candidates, repeated,
+                                      retry_keys)
 
 
 @dataclass
@@ -76,8 +77,9 @@ ONE_TASK_BATCH = 20_000
 #: task, about 0.1 s however small the batch; a larger one is decoded again (see ``__call__``).
 KEEP_BATCH_BYTES = 4 << 20
 #: A larger batch has the first copies of its repeated keys broadcast when its keys that may
-#: repeat (``transforms.dedup.repeat_candidates``) are no more than this many (each first copy
-#: about 150 bytes in the driver); otherwise its keys are shuffled to their first copies.
+#: repeat (``transforms.dedup.repeat_candidates``, or ``repeated`` for a kept batch) are no more
+#: than this many (each first copy about 150 bytes in the driver); otherwise its keys are
+#: shuffled to their first copies.
 BROADCAST_REPEATS = 200_000
 #: A batch counted before its write (retry marking on, the default) whose messages come to fewer
 #: segment bytes than this per table partition it touches, and to at most ``KEEP_BATCH_BYTES`` in
@@ -155,6 +157,12 @@ class BatchPlan:
         #: many table partitions (topic, partition) its messages go to (``TINY_FILE_BYTES``).
         self.count_metrics = [*self.metrics, F.approx_count_distinct(
             F.when(self.decoded, F.struct("topic", "partition"))).alias("tablePartitions")]
+        #: The ``key_hash`` of each of a batch's keys, collected by the first pass of a batch it
+        #: keeps (``KEEP_BATCH_BYTES``): which of its keys may repeat is then found in the driver.
+        #: Not for a larger batch: collecting 1.19M hashes cost a batch of the RocketMQ benchmark
+        #: set 4-8 s more than the Spark aggregate that finds them (``transforms.dedup.repeat_candidates``).
+        self.key_hashes = F.collect_list(
+            F.when(self.decoded & self.key.isNotNull(), key_hash(self.key))).alias("keyHashes")
 
     def checked(self, df: DataFrame, checks: Column | None = None) -> DataFrame:
         """``df`` with the ``_checks`` column of the rules (``off`` ones not evaluated), or of
@@ -263,6 +271,8 @@ class DeltaSink:
         self.levels = R.active(levels or {})
         self.raw_reader = raw_reader
         self.small_batch = small_batch
+        #: Batches whose retries were decided without Spark (``_retries``).
+        self.decided_in_driver = 0
 
     def _append(self, df: DataFrame, table: str, batch_id: int, **options: str) -> bool:
         """Append the batch's rows to ``table`` (with the writer's ``options``); False when the batch
@@ -273,13 +283,17 @@ class DeltaSink:
                     ) -> tuple[dict, DataFrame | None, DataFrame]:
         """One decode of the batch before anything is written: its metrics, the rows retry
         marking needs (``transforms.dedup.retry_keys``; None when marking is off) and the batch
-        to write. With ``keep``, the batch's rows are kept (its keys and write read them);
-        otherwise only its keys are, and the write decodes the batch again. ``spread``: also
-        estimate how many table partitions its messages go to (``TINY_FILE_BYTES``)."""
+        to write. With ``keep``, the batch's rows are kept (its keys and write read them), and with
+        retry marking on the metrics hold its keys' hashes (``keyHashes``); otherwise only its keys
+        are kept, and the write decodes the batch again. ``spread``: also estimate how many table
+        partitions its messages go to (``TINY_FILE_BYTES``)."""
         from pyspark.sql import Observation
 
         seen = Observation(f"msglake-count-{batch_id}")
-        observed = df.observe(seen, *(self.plan.count_metrics if spread else self.plan.metrics))
+        metrics = self.plan.count_metrics if spread else self.plan.metrics
+        if self.watermark > 0 and keep:
+            metrics = [*metrics, self.plan.key_hashes]
+        observed = df.observe(seen, *metrics)
         if keep:
             df = observed.localCheckpoint(eager=True)
             keys = self.plan.keys(df) if self.watermark > 0 else None
@@ -289,11 +303,19 @@ class DeltaSink:
             return self._count(df), None, df
         return seen.get, keys, df
 
-    def _retries(self, keys: DataFrame, since, messages: int, batch_id: int) -> tuple[DataFrame, int]:
-        """The batch's keys with ``retryOf`` (``transforms.dedup.RetryRule``), kept, and how
-        many of them are retries (observed as they are kept): its keys against themselves and the
-        first copies stored from the batch's first store time minus the watermark on (none when
-        the batch holds no message).
+    def _retries(self, keys: DataFrame, since, messages: int, batch_id: int,
+                 hashes: np.ndarray | None) -> tuple[DataFrame, int]:
+        """The batch's keys with ``retryOf`` (``transforms.dedup.RetryRule``), and how many of
+        them are retries: its keys against themselves and the first copies stored from the batch's
+        first store time minus the watermark on (none when the batch holds no message).
+
+        First the driver finds the keys that may repeat (``transforms.dedup.repeated``) from the
+        keys' hashes (``hashes``, collected by the first pass of a kept batch; None for a larger
+        one, which finds them by a Spark aggregate) and the kept first copies' hashes. With none
+        (the usual case) every key is a first copy, and no Spark job decides that (two jobs,
+        0.25-0.48 s of a streaming trigger's ~0.9 s batch): those rows are the batch's own kept
+        rows. Otherwise Spark decides, and the result is kept (a checkpoint; the retries are
+        observed as it is made).
 
         A batch of at most ``small_batch`` messages has its keys broadcast to cut the window down
         to the first copies it can repeat: the window holds every first copy of the last
@@ -305,16 +327,26 @@ class DeltaSink:
         20K / 2M 2.1 -> 0.31 s, 200K / 2M 2.4 -> 0.64 s; at 200K / 180K, 0.61 vs 0.62 s, while
         one task there took 0.70 s.
 
-        A larger batch first finds the few keys that may repeat (``repeat_candidates``, one hash
-        aggregate); only their copies are grouped to their first, which is broadcast back to the
-        keys, instead of every key grouped by a sort and shuffled again to be joined.
+        A larger batch has only the copies of the keys that may repeat grouped to their first,
+        which is broadcast back to the keys, instead of every key grouped by a sort and shuffled
+        again to be joined.
         """
-        earlier = self.firsts.earlier(keys.sparkSession, since) if since is not None else keys.limit(0)
+        spark = keys.sparkSession
+        maybe = None
+        if hashes is not None:
+            maybe = repeated(hashes, self.firsts.hashes(spark, since) if since is not None else ())
+            if not len(maybe):
+                self.decided_in_driver += 1
+                return self.retry_rule.none(keys), 0
+        earlier = self.firsts.earlier(spark, since) if since is not None else keys.limit(0)
         candidates = None
         if messages <= self.small_batch:
             earlier = earlier.join(F.broadcast(keys.select("dedupKey")), "dedupKey", "left_semi")
             if messages <= ONE_TASK_BATCH:
                 earlier, keys = earlier.coalesce(1), keys.coalesce(1)
+        elif maybe is not None:
+            if len(maybe) <= BROADCAST_REPEATS:
+                candidates = spark.createDataFrame(pa.table({"keyHash": maybe}))
         else:
             candidates = repeat_candidates(keys, earlier).localCheckpoint(eager=True)
             if candidates.count() > BROADCAST_REPEATS:
@@ -393,9 +425,11 @@ class DeltaSink:
             # warn-level rules once more would only cost (one batch of 1.19M RocketMQ rows, the
             # default rules, none held; its write, warm: 17.1-18.4 s with every rule, 14.5-14.6 s).
             df = self.plan.checked(source, self.plan.holding_checks if self._held(counts) else self.plan.no_checks)
-        decided = retries = None
+        decided = retries = hashes = None
         if keys is not None:
-            decided, found = self._retries(keys, row["since"], counts.messages, batch_id)
+            if keep:
+                hashes = np.asarray(row["keyHashes"], dtype=np.int64)
+            decided, found = self._retries(keys, row["since"], counts.messages, batch_id, hashes)
             retries = self.retry_rule.retries(decided)
             if not found:
                 # The usual case. An empty relation the optimizer sees as such: it drops the join,
@@ -422,7 +456,7 @@ class DeltaSink:
                     before = None  # nor are its keys what the table holds
                 if decided is not None:
                     firsts = self.retry_rule.firsts(decided)
-                    self.firsts.wrote(firsts, row["since"], row["newest"], before, log_version(path))
+                    self.firsts.wrote(firsts, row["since"], row["newest"], before, log_version(path), hashes)
         if counts.quarantined:
             self._append(quarantine, QUARANTINE_TABLE.name, batch_id)
         self.counts.add(counts)

@@ -131,10 +131,13 @@ def test_small_trigger_budget_runs_several_bounded_batches_with_the_same_result(
 
 # A streaming trigger's small batch has its retries decided by a plan of its own (keys broadcast,
 # one task) and is kept whole by its first pass (its bytes known and few); a larger one is decided
-# by the general plan and decoded again for its write. All must mark the same rows. The first
-# batch has no retry (its write joins none), the others have some.
-@pytest.mark.parametrize("small_batch,batch_bytes", [(SMALL_BATCH, None), (SMALL_BATCH, 1000), (0, None)],
-                         ids=["small-batch plan", "small-batch plan, kept whole", "general plan"])
+# by the general plan and decoded again for its write. A batch kept whole has its keys' hashes
+# collected by its first pass, and the driver finds the keys that may repeat (none: nothing to
+# decide in Spark; some: the general plan decides among them). All must mark the same rows. The first batch has no retry (its write joins
+# none), the others have some.
+@pytest.mark.parametrize("small_batch,batch_bytes", [(SMALL_BATCH, None), (SMALL_BATCH, 1000), (0, None), (0, 1000)],
+                         ids=["small-batch plan", "small-batch plan, kept whole", "general plan",
+                              "general plan, kept whole"])
 def test_retries_of_an_earlier_batch_of_the_same_run_are_marked_from_what_the_sink_kept(spark, tmp_path, small_batch,
                                                                                         batch_bytes):
     from msglake.pipelines.io.catalog import ensure_table
@@ -156,6 +159,9 @@ def test_retries_of_an_earlier_batch_of_the_same_run_are_marked_from_what_the_si
     for batch, (df, _) in enumerate(batches):
         sink(df, batch, batch_bytes)
     assert sink.firsts.reads == 1  # batches 1 and 2 decided from the first copies kept since batch 0
+    # With its keys' hashes (kept whole), batch 0 repeats no key, so the driver knows it has
+    # no retry; batch 1 repeats one of batch 0, batch 2 one of its own: both decided by Spark.
+    assert sink.decided_in_driver == (1 if batch_bytes else 0)
 
     got = table_keys(spark, paths["messages"])
     [(_, (paid, shipped)), (_, (paid_again, new)), (_, (shipped_again, paid_third, gift, gift_again))] = batches
@@ -172,8 +178,9 @@ def test_retries_of_an_earlier_batch_of_the_same_run_are_marked_from_what_the_si
     assert [retry_of(2, gift), retry_of(2, gift_again)] == [None, (2, gift.segment, gift.position)]
 
 
-@pytest.mark.parametrize("small_batch,batch_bytes", [(SMALL_BATCH, None), (SMALL_BATCH, 1000), (0, None)],
-                         ids=["small-batch plan", "small-batch plan, kept whole", "general plan"])
+@pytest.mark.parametrize("small_batch,batch_bytes", [(SMALL_BATCH, None), (SMALL_BATCH, 1000), (0, None), (0, 1000)],
+                         ids=["small-batch plan", "small-batch plan, kept whole", "general plan",
+                              "general plan, kept whole"])
 def test_a_copy_stored_before_the_first_copy_in_the_table_is_its_retry(spark, tmp_path, small_batch, batch_bytes):
     # Queues read at different paces bring store times out of order: a producer's retry, stored
     # in partition 1 at +5 s, is written by batch 0 as the first copy; the copy it repeats, stored

@@ -6,10 +6,12 @@ import datetime as dt
 import os
 import time
 
+import numpy as np
 from pyspark.sql import functions as F
 
 from msglake.pipelines.io.first_copies import MAX_PIECES, FirstCopies
 from msglake.pipelines.io.once import OnceWriter, log_version
+from msglake.transforms.dedup import key_hash, repeated
 
 T0 = dt.datetime(2026, 1, 1)
 
@@ -84,6 +86,11 @@ def _window(spark, path, since, watermark):
                   .select("dedupKey", "storeTimestamp", "partition", "segment", "segmentPosition").collect())
 
 
+def _hashes(keys):
+    """``transforms.dedup.key_hash`` of each row's ``dedupKey``, as a sink's first pass collects them."""
+    return np.array([r[0] for r in keys.select(key_hash()).collect()], dtype=np.int64)
+
+
 def test_first_copies_kept_between_batches_equal_the_tables_window(spark, tmp_path):
     path, watermark = str(tmp_path / "messages"), 60
     spark.createDataFrame([_message("old", 0, 0)], SCHEMA).write.format("delta").save(path)
@@ -103,7 +110,15 @@ def test_first_copies_kept_between_batches_equal_the_tables_window(spark, tmp_pa
         before = log_version(path)
         new.write.format("delta").mode("append").save(path)
         keys = new.where("dedupKey IS NOT NULL").drop("retryOf").localCheckpoint()
-        firsts.wrote(keys, since, since, before, log_version(path))
+        # A sink that kept its batch knows the keys' hashes; the pieces of the others (and of the
+        # table's read) are hashed when a batch asks whether it may repeat one of them.
+        hashes = _hashes(keys.select("dedupKey")) if batch % 2 else None
+        firsts.wrote(keys, since, since, before, log_version(path), hashes)
+        # Every key of the window is found among the pieces' hashes; keys never written are not.
+        window = _hashes(firsts.earlier(spark, since))
+        fresh = _hashes(spark.createDataFrame([("new",), ("newer",)], "dedupKey string"))
+        assert sorted(repeated(np.concatenate([window, fresh]), firsts.hashes(spark, since))) == sorted(set(window))
+        assert len(repeated(fresh, firsts.hashes(spark, since))) == 0
         most = max(most, len(firsts.pieces))
         # A merged piece keeps few partitions: a union keeps all of its parts', and a stream's
         # merges would otherwise grow one read of the pieces by a task per batch.

@@ -1,5 +1,6 @@
 import datetime as dt
 
+import numpy as np
 from chispa import assert_df_equality
 from pyspark.sql import Window, functions as F
 
@@ -123,7 +124,7 @@ def test_members_of_a_batch_send_are_not_each_others_retries(spark):
 def test_deciding_among_the_repeat_candidates_only_marks_the_same_rows(spark):
     # The ingest sink decides a large batch's retries among the keys repeat_candidates names (by
     # a 64-bit hash, so possibly more than repeat): the same rows as over every key.
-    from msglake.transforms.dedup import RetryRule, repeat_candidates, retry_keys
+    from msglake.transforms.dedup import RetryRule, key_hash, repeat_candidates, repeated, retry_keys
 
     earlier_rows = rows(spark, [("t", 0, "old", 4, at(0), None, "7", "h:1", b"a", 0, False),
                                 ("t", 0, "old", 8, at(1), None, "8", "h:1", b"a", 0, False),
@@ -144,5 +145,10 @@ def test_deciding_among_the_repeat_candidates_only_marks_the_same_rows(spark):
     assert candidates.count() == 4
     assert sorted((r.partition, r.segmentPosition) for r in expected.where("retryOf is not null").collect()) == [
         (0, 0), (1, 40), (1, 80)]
-    for narrowed in (candidates, every_key):
+    # The driver finds the same candidates from the keys' hashes (the first pass collects them).
+    hashes = [np.array([r[0] for r in k.select(key_hash()).collect()], dtype=np.int64) for k in (keys, earlier)]
+    found = repeated(hashes[0], [np.sort(hashes[1])])
+    assert sorted(found) == sorted(r.keyHash for r in candidates.collect())
+    from_driver = spark.createDataFrame([(int(h),) for h in found], "keyHash bigint")
+    for narrowed in (candidates, every_key, from_driver):
         assert_df_equality(rule.decide(keys, earlier, narrowed), expected, ignore_row_order=True)
