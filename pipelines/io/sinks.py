@@ -336,6 +336,9 @@ class DeltaSink:
         if hashes is not None:
             maybe = repeated(hashes, self.firsts.hashes(spark, since) if since is not None else ())
             if not len(maybe):
+                # These rows are a projection of the batch's kept rows (its whole checkpoint, at
+                # most KEEP_BATCH_BYTES): the first-copy pieces hold that checkpoint until they
+                # are merged (MAX_PIECES batches), a few MiB each, instead of a narrow copy's job.
                 self.decided_in_driver += 1
                 return self.retry_rule.none(keys), 0
         earlier = self.firsts.earlier(spark, since) if since is not None else keys.limit(0)
