@@ -36,7 +36,7 @@ import operator
 import os
 import threading
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import reduce
 
@@ -45,7 +45,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, functions as F
 from msglake.errors import LakeError
 from msglake.pipelines.io import checkpoint as cp
 from msglake.pipelines.io.catalog import add_missing_properties, ensure_table
-from msglake.pipelines.io.once import OnceWriter
+from msglake.pipelines.io.once import OnceWriter, commit_mark, commit_metadata, log_version
 from msglake.pipelines.jobs.evaluate import broadcast_distinct, evaluate_copies
 from msglake.pipelines.jobs.running import wait_or_stop
 from msglake.pipelines.session import SMALL_JOB_ROWS, sized_for
@@ -118,6 +118,25 @@ class SemanticsSummary:
 
 
 @dataclass
+class Held:
+    """The pending set as this run's last batch wrote it, kept by the stream: while the table is at
+    the version that write made, the next batch takes it from here instead of reading the table
+    (a Delta snapshot of the new version and a job for the marks, about 0.5 s of a 4-5 s batch)."""
+
+    #: The pending table's version the write made.
+    version: int
+    #: The watermark (epoch microseconds) and each topic's first arrival: the marks.
+    watermark: int
+    topics: dict[str, int]
+    #: The live copies (``ROW`` and ``dueAt``): a projection of the batch's checkpoint (``keep``),
+    #: whose plan reads no table.
+    copies: DataFrame
+    #: How many there are, and how many of them are in a RocketMQ chain (:func:`in_chain`).
+    live: int
+    chained: int
+
+
+@dataclass
 class Stream:
     """What every micro-batch of one run needs."""
 
@@ -131,6 +150,10 @@ class Stream:
     app_id: str = "msglake-semantics"
     checkpoint: str | None = None
     writers: dict[str, OnceWriter] = field(default_factory=dict, repr=False)
+    #: The pending set the last batch of this run wrote (None: read the table).
+    held: Held | None = field(default=None, repr=False)
+    #: Batches that took the pending set from ``held`` (the others read the table).
+    held_batches: int = 0
 
     @property
     def pending_path(self) -> str:
@@ -152,14 +175,20 @@ class Stream:
         """Write ``rows`` as :meth:`writer` ``suffix``'s batch ``batch_id``, and return how many of them
         ``counted`` holds (all: None), counted as they were written: a count of its own was one
         more Spark job over the batch's plan. A batch written before a crash is counted apart."""
+        counted = F.lit(True) if counted is None else counted
+        return self.write_observed(suffix, rows, path, batch_id, {"n": counted}, mode, **options)[0]["n"]
+
+    def write_observed(self, suffix: str, rows: DataFrame, path: str, batch_id: int, counts: dict[str, Column],
+                       mode: str = "append", **options: str) -> tuple[dict[str, int], bool]:
+        """:meth:`write_counted` with several counts (name -> the condition counted); and whether
+        this call made the commit (False: the batch was written before a crash)."""
         from pyspark.sql import Observation
 
-        counted = F.lit(True) if counted is None else counted
+        metrics = [F.count_if(c).alias(name) for name, c in counts.items()]
         seen = Observation(f"msglake-semantics{suffix}-{batch_id}")
-        if self.writer(suffix).write(rows.observe(seen, F.count_if(counted).alias("n")), path, batch_id, mode,
-                                     **options):
-            return seen.get["n"]
-        return rows.where(counted).count()
+        if self.writer(suffix).write(rows.observe(seen, *metrics), path, batch_id, mode, **options):
+            return {name: seen.get[name] for name in counts}, True
+        return rows.agg(*metrics).first().asDict(), False
 
     def table(self, name: str) -> DataFrame | None:
         path = self.settings.lake.table_path(name)
@@ -182,7 +211,7 @@ def _origins(s: Stream, batch: DataFrame, topics) -> DataFrame | None:
     """Where the origins of the batch's RocketMQ retry records may be: an earlier batch too, so
     the table (only the rows with those ids, where few), or None when no record names one.
     ``topics``: the batch's topics (no Spark job when none is a retry or DLQ topic)."""
-    if "properties" not in batch.columns or not any(t.startswith((RETRY_PREFIX, DLQ_PREFIX)) for t in topics):
+    if "properties" not in batch.columns or not any(map(_lineage_name, topics)):
         return None
     origin = F.col("properties")[ORIGIN_ID]
     ids = [r[0] for r in batch.where(is_lineage_topic(F.col("topic")) & origin.isNotNull()).select(origin)
@@ -191,6 +220,11 @@ def _origins(s: Stream, batch: DataFrame, topics) -> DataFrame | None:
     if not ids or table is None:
         return None
     return table if len(ids) > ORIGIN_LOOKUP_IDS else table.where(F.col("messageId").isin(ids))
+
+
+def _lineage_name(topic: str) -> bool:
+    """:func:`transforms.lifecycle.is_lineage_topic` of a topic name the driver holds."""
+    return topic.startswith((RETRY_PREFIX, DLQ_PREFIX))
 
 
 def in_chain() -> Column:
@@ -225,8 +259,8 @@ def _wake(s: Stream, batch_id: int, touched: list[tuple[DataFrame, list[str], st
     """The dormant copies that ``touched`` (key sets, each with its flag column) names, kept for
     the batch; None when there are none, or the batch's input names nothing (then the dormant
     table is not read: one small job answers)."""
-    rows = dormant_copies(s.spark, s.dormant_path, batch_id)
-    if rows is None or not touched:
+    rows = None if not touched else dormant_copies(s.spark, s.dormant_path, batch_id)
+    if rows is None:
         return None
     keys = reduce(lambda a, b: a.unionByName(b), [df.select(F.lit(1).alias("k")) for df, _, _ in touched])
     if not keys.limit(1).collect():
@@ -253,6 +287,24 @@ def _no_stale_dormant(s: Stream) -> None:
                         f"semantics-pending and semantics-dormant together to start over")
 
 
+@contextmanager
+def _no_constraints(spark: SparkSession):
+    """Within, the plans Spark optimizes infer no constraints (the conditions a plan's rows are
+    known to meet). A checkpoint keeps those of the plan it was made from, and a plan over it
+    adds its own: the pending set held from batch to batch (:class:`Held`) carried every
+    batch's watermark conditions into the next, and planning them grew until the driver ran out
+    of memory (batches of 4 s took 14-26 s by the tenth, then "GC overhead limit exceeded").
+    The setting is the session's: a plan another thread optimizes meanwhile infers none either
+    (the same results)."""
+    key = "spark.sql.constraintPropagation.enabled"
+    was = spark.conf.get(key)
+    spark.conf.set(key, "false")
+    try:
+        yield
+    finally:
+        spark.conf.set(key, was)
+
+
 def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
     """One micro-batch: see the module docstring."""
     with ExitStack() as sizing:
@@ -263,19 +315,28 @@ def _step(s: Stream, batch: DataFrame, batch_id: int, sizing: ExitStack) -> None
     """:func:`step`; its jobs are sized (``session.sized_for``) in ``sizing`` once the batch's new
     messages are counted."""
     spark, policies = s.spark, policy_dicts(s.settings.policies)
-    pending = (spark.read.format("delta").load(s.pending_path)
-               if os.path.isdir(os.path.join(s.pending_path, "_delta_log")) else None)
-    # The marks, and how many copies are pending (observed by the same job)
-    marks, live = [], 0
-    if pending is not None:
-        from pyspark.sql import Observation
+    held = s.held
+    if held is not None and log_version(s.pending_path) != held.version:
+        held = None  # the table moved on without this run: read it
+    copies, live, chained = None, 0, None
+    if held is not None:
+        s.held_batches += 1
+        w_prev, topics, copies, live, chained = held.watermark, dict(held.topics), held.copies, held.live, held.chained
+    else:
+        w_prev, topics = None, {}
+        if os.path.isdir(os.path.join(s.pending_path, "_delta_log")):
+            from pyspark.sql import Observation
 
-        copies_seen = Observation(f"msglake-semantics-pending-{batch_id}")
-        marks = (pending.observe(copies_seen, F.count_if(F.col("kind") == COPY).alias("n"))
-                 .where(F.col("kind") != COPY).select("kind", "topic", F.unix_micros("storeTimestamp").alias("us"))
-                 .collect())
-        live = copies_seen.get["n"]
-    w_prev = next((m["us"] for m in marks if m["kind"] == MARK), None)
+            # The marks, and how many copies are pending (observed by the same job)
+            pending = spark.read.format("delta").load(s.pending_path)
+            copies_seen = Observation(f"msglake-semantics-pending-{batch_id}")
+            marks = (pending.observe(copies_seen, F.count_if(F.col("kind") == COPY).alias("n"))
+                     .where(F.col("kind") != COPY)
+                     .select("kind", "topic", F.unix_micros("storeTimestamp").alias("us")).collect())
+            live = copies_seen.get["n"]
+            w_prev = next((m["us"] for m in marks if m["kind"] == MARK), None)
+            topics = {m["topic"]: m["us"] for m in marks if m["kind"] == TOPIC}
+            copies = pending.where(F.col("kind") == COPY).select(*ROW, "dueAt")
     # The batch's arrivals per topic and its late messages (own copies stored by the last
     # watermark: what stored_copies keeps), in one job.
     store = F.col("storeTimestamp")
@@ -289,7 +350,6 @@ def _step(s: Stream, batch: DataFrame, batch_id: int, sizing: ExitStack) -> None
     for session in (spark, batch.sparkSession):  # the second is left alone when it is the first
         sizing.enter_context(sized_for(session, small))
     arrivals = {r["topic"]: (r["since"], r["newest"]) for r in seen}
-    topics = {m["topic"]: m["us"] for m in marks if m["kind"] == TOPIC}
     for topic, (since, _) in arrivals.items():
         topics[topic] = min(since, topics.get(topic, since))
     newest = max((n for _, n in arrivals.values()), default=None)
@@ -309,7 +369,6 @@ def _step(s: Stream, batch: DataFrame, batch_id: int, sizing: ExitStack) -> None
     new = new.select("*", *[F.lit(None).cast(k).alias(c) for c, k in (
         ("offsetConsumedAt", "timestamp"), ("nextRowId", "string"), ("nextTopic", "string"),
         ("nextStore", "timestamp"))]).select(*ROW).localCheckpoint(eager=False)
-    copies = None if pending is None else pending.where(F.col("kind") == COPY).select(*ROW, "dueAt")
     events = s.table(CONSUMER_EVENTS_TABLE.name)
     events = None if events is None else conform_events(events).withColumn("_id", event_key())
     offsets = s.table("consumer_offsets")
@@ -334,9 +393,15 @@ def _step(s: Stream, batch: DataFrame, batch_id: int, sizing: ExitStack) -> None
                                         ).withColumn("_passed", F.lit(True))
             touched.append((passed, ["topic", "partition"], "_passed"))
         # The dormant copies this batch's input names join the pending ones (the rest cannot change).
-        chains = broadcast_distinct(copies.where(chain).select("uniqueId").unionByName(
-            fresh.where(chain).select("uniqueId"))).withColumn("_chained", F.lit(True))
-        woken = _wake(s, batch_id, touched + [(chains, ["uniqueId"], "_chained")])
+        # A new row is in a chain only in a retry or DLQ topic (its nextRowId is null); with none
+        # of those and no chained copy pending (known when the set is held), no chain wakes one.
+        if chained or chained is None or any(map(_lineage_name, arrivals)):
+            chains = broadcast_distinct(copies.where(chain).select("uniqueId").unionByName(
+                fresh.where(chain).select("uniqueId"))).withColumn("_chained", F.lit(True))
+            waking = touched + [(chains, ["uniqueId"], "_chained")]
+        else:
+            waking = touched
+        woken = _wake(s, batch_id, waking)
         if woken is not None:
             copies = copies.unionByName(woken)
         flagged = copies
@@ -382,6 +447,7 @@ def _step(s: Stream, batch: DataFrame, batch_id: int, sizing: ExitStack) -> None
     # A write task per core: the rows are a union of many small parts (one task each, 40 for 9K
     # events), and each task writes a file per topic it holds.
     tasks = spark.sparkContext.defaultParallelism
+    s.held = None  # until the pending set is written again
     n_events, n_dead = (s.write_counted("", rows.select(*spec.schema.names).coalesce(tasks), s.tables[spec.name],
                                         batch_id)
                         for spec, rows in ((MESSAGE_EVENTS_TABLE, logged), (DEAD_LETTERS_TABLE, dead)))
@@ -396,7 +462,8 @@ def _step(s: Stream, batch: DataFrame, batch_id: int, sizing: ExitStack) -> None
     # pending set's overwrite, and a later use would read the new version (the events counted
     # after it came out 2,000 too high). So what the two writes below read is a checkpoint,
     # whose plan reads no table, as is every frame the batch keeps (none is cached).
-    keep = keep.withColumns({"kind": F.lit(COPY), "_dormant": dormant(policies)}).localCheckpoint(eager=False)
+    with _no_constraints(spark), _no_constraints(keep.sparkSession):  # the batch's frames are in its own session
+        keep = keep.withColumns({"kind": F.lit(COPY), "_dormant": dormant(policies)}).localCheckpoint(eager=False)
     # First the dormant copies (with an end for the woken ones' earlier rows), then the pending
     # set: a batch run again after a crash between the two reads only the dormant rows of
     # earlier batches, so it sees what the first run saw.
@@ -411,8 +478,17 @@ def _step(s: Stream, batch: DataFrame, batch_id: int, sizing: ExitStack) -> None
     state = (keep.where(~F.col("_dormant")).drop("_dormant").unionByName(meta, allowMissingColumns=True)
              .orderBy(F.col("dueAt").asc_nulls_last()))
     # the dormant copies are counted at the run's end
-    kept = s.write_counted("-pending", state, s.pending_path, batch_id, F.col("kind") == COPY, "overwrite",
-                           overwriteSchema="true", **PENDING_STATS)
+    is_copy = F.col("kind") == COPY
+    counts, made = s.write_observed("-pending", state, s.pending_path, batch_id,
+                                    {"n": is_copy, "chained": is_copy & in_chain()}, "overwrite",
+                                    overwriteSchema="true", **PENDING_STATS)
+    kept = counts["n"]
+    version = log_version(s.pending_path)
+    if made and commit_metadata(s.pending_path, version) == commit_mark(s.writer("-pending").app_id, batch_id):
+        # In a few partitions: the set is a union of the last set's and the batch's parts, whose
+        # partitions would add up batch after batch (a task each).
+        s.held = Held(version, w, dict(topics), keep.where(~F.col("_dormant")).select(*ROW, "dueAt").coalesce(tasks),
+                      kept, counts["chained"])
 
     s.summary.batches += 1
     s.summary.events += n_events

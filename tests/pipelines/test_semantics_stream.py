@@ -225,12 +225,13 @@ def _stream_equals_replay(spark, lake, scenarios, cuts, lateness_ms) -> set:
     loaded_ev = loaded_off = 0
     events_sorted = sorted(evs, key=lambda e: e[3])
     offsets_sorted = sorted(snaps, key=lambda o: o[3])
-    lo = -1
+    lo, stepped = -1, 0
     for batch_id, hi in enumerate(bounds):
         batch = [m for m in msgs if at(lo) < m[7] <= at(hi)]
         lo = hi
         if not batch:
             continue
+        stepped += 1
         w = max(m[7] for m in batch) - dt.timedelta(milliseconds=lateness_ms)
         new_ev = [e for e in events_sorted[loaded_ev:] if e[3] <= w]
         new_off = [o for o in offsets_sorted[loaded_off:] if o[3] <= w]
@@ -248,6 +249,7 @@ def _stream_equals_replay(spark, lake, scenarios, cuts, lateness_ms) -> set:
         step(stream, rows, batch_id)
     w = stream.summary.watermark
     assert w is not None and stream.summary.late == 0
+    assert stream.held_batches == stepped - 1  # each batch after the first took the set the one before wrote
 
     messages = spark.createDataFrame(msgs, RAW)
     ev = spark.createDataFrame(evs, "topic string, messageId string, event string, time timestamp") if evs else None
@@ -302,6 +304,60 @@ def test_messages_stored_by_a_passed_watermark_are_counted_late(spark, tmp_path)
     before = state()
     step(Stream(spark, settings, dt.timedelta(0), 6, tables, SemanticsSummary()), rows, 1)
     assert state() == before and before[0][0] > 0
+
+
+def test_a_batch_takes_the_pending_set_its_run_wrote_only_while_the_table_holds_it(spark, tmp_path):
+    """A stream keeps the pending set its last batch wrote, and its next batch starts from that
+    instead of reading the table, only while the table is at the version that write made: after
+    another run's batch, it reads the table. Its log still equals a replay (a stale set would
+    log the other run's state changes again and lose the copies it left pending)."""
+    doc = make_settings(tmp_path / "lake").model_dump()
+    doc["policies"] = {"a": {"messageTtlMs": 50}}
+    settings = S.from_dict(doc, "test")
+    path = settings.lake.table_path
+    from msglake.pipelines.io.catalog import ensure_table
+    from msglake.schemas.semantics import DEAD_LETTERS_TABLE, MESSAGE_EVENTS_TABLE
+    tables = {spec.name: ensure_table(spark, settings, spec) for spec in (MESSAGE_EVENTS_TABLE, DEAD_LETTERS_TABLE)}
+
+    def new_stream():
+        return Stream(spark, settings, dt.timedelta(0), 6, tables, SemanticsSummary())
+
+    def row(i, store_ms):
+        return ("a", 0, "s", i, f"m{i}", f"u{i}", i, at(store_ms), None, 0, {}, 5)
+
+    def held_plan(stream):
+        """The held set's inferred conditions (as text) and partitions."""
+        plan = stream.held.copies._jdf.queryExecution()
+        return plan.optimizedPlan().constraints().toString(), plan.toRdd().getNumPartitions()
+
+    first, other = new_stream(), new_stream()
+    runs = [(first, [row(1, 10), row(2, 40)]), (first, [row(3, 70)]), (first, [row(4, 100)]),
+            (other, [row(5, 130), row(6, 160)]), (first, [row(7, 190)]), (first, [row(8, 220)])]
+    everything, plans = [], []
+    # A streaming query hands each batch over in a session of its own, with its own settings.
+    batches_session = spark.newSession()
+    for batch_id, (stream, batch) in enumerate(runs):
+        everything += batch
+        rows = batches_session.createDataFrame(batch, RAW)
+        rows.write.format("delta").mode("append").save(path("messages"))
+        step(stream, rows, batch_id)
+        if batch_id == 4:
+            assert first.held_batches == 2  # the table had moved on: read
+        if stream is first and batch_id >= 1:
+            plans.append(held_plan(first))
+    assert (first.held_batches, other.held_batches) == (3, 0)
+    # The held set carries no batch's conditions (its watermark's times) into the next batch, nor
+    # its partitions: both would pile up batch after batch (planning grew until the driver ran out
+    # of memory).
+    parallelism = spark.sparkContext.defaultParallelism
+    assert all(T0.strftime("%Y-%m-%d") not in text and parts <= parallelism for text, parts in plans), plans
+
+    w = first.summary.watermark
+    policies = {k: v.model_dump() for k, v in settings.policies.items()}
+    replay = evaluate(spark.createDataFrame(everything, RAW), policies, w)
+    w_us = int(w.timestamp() * 1_000_000)
+    got = events(spark.read.format("delta").load(path("message_events")), w_us)
+    assert got == events(replay.events, w_us) and ("expired", "expired") in {(e[3], e[7]) for e in got}
 
 
 def test_a_copy_waiting_for_a_consumer_is_not_rewritten_and_wakes_when_named(spark, tmp_path):
