@@ -475,8 +475,11 @@ def _step(s: Stream, batch: DataFrame, batch_id: int, sizing: ExitStack) -> None
     s.writer("-dormant").write(asleep.coalesce(tasks), s.dormant_path, batch_id, **DORMANT_STATS)
     meta = spark.createDataFrame([(TOPIC, k, _ts(v)) for k, v in sorted(topics.items())] + [(MARK, None, t)],
                                  "kind string, topic string, storeTimestamp timestamp")
+    # Each file sorted by due time (its statistics bound it), without a global sort: a batch reads
+    # the whole set, and a range sort is a sampling job and a shuffle of its own (the 8th-14th of
+    # 14 batches of 2,000 messages, stepped alone: 23.95 / 23.98 s -> 22.65 / 23.15 s in all).
     state = (keep.where(~F.col("_dormant")).drop("_dormant").unionByName(meta, allowMissingColumns=True)
-             .orderBy(F.col("dueAt").asc_nulls_last()))
+             .coalesce(tasks).sortWithinPartitions(F.col("dueAt").asc_nulls_last()))
     # the dormant copies are counted at the run's end
     is_copy = F.col("kind") == COPY
     counts, made = s.write_observed("-pending", state, s.pending_path, batch_id,
