@@ -283,6 +283,21 @@ SMALL_JOB_CONF = {"spark.sql.codegen.wholeStage": ("true", "false"),
 
 
 @contextmanager
+def setting(spark, key: str, value: str):
+    """Within, the session's ``key`` is ``value``; on the way out it is what it was (unset, if it
+    was not set). The setting is the session's: a job another thread plans meanwhile sees it too."""
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
+
+
+@contextmanager
 def sized_for(spark, small: bool):
     """Within, the session's jobs evaluate their expressions interpreted and are planned once,
     without adaptive query execution, when ``small`` (the job reads at most

@@ -135,6 +135,11 @@ def is_lineage_topic(topic: Column) -> Column:
     return topic.startswith(RETRY_PREFIX) | topic.startswith(DLQ_PREFIX)
 
 
+def is_lineage_name(topic: str) -> bool:
+    """:func:`is_lineage_topic` of a topic name the driver holds."""
+    return topic.startswith((RETRY_PREFIX, DLQ_PREFIX))
+
+
 #: The property of a RocketMQ ``%RETRY%``/``%DLQ%`` record naming the record it retries (its offset msgId).
 ORIGIN_ID = "ORIGIN_MESSAGE_ID"
 

@@ -9,11 +9,13 @@ within each partition keeps that layout and still lets a trace lookup skip the f
 from __future__ import annotations
 
 import datetime as dt
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from msglake.errors import ConfigError
 from msglake.pipelines.io.catalog import delta_path
 from msglake.schemas import LAKE_TABLES
+from msglake.pipelines.session import setting
 from msglake.pipelines.settings import Settings
 
 #: Delta's own default retention (7 days): below it a concurrent or lagging reader, or a
@@ -63,17 +65,10 @@ def optimize(spark, settings: Settings, tables: list[str] | None = None) -> list
     for name, path in _existing(spark, settings, tables):
         zorder = ZORDER.get(name)
         sql = f"OPTIMIZE {delta_path(path)}" + (f" ZORDER BY ({', '.join(zorder)})" if zorder else "")
-        key = "spark.databricks.delta.optimize.maxFileSize"
-        before = spark.conf.get(key, None)
-        if zorder:
-            spark.conf.set(key, str(ZORDER_FILE_BYTES))
-        try:
+        sized = (setting(spark, "spark.databricks.delta.optimize.maxFileSize", str(ZORDER_FILE_BYTES)) if zorder
+                 else nullcontext())
+        with sized:
             metrics = spark.sql(sql).first()["metrics"]
-        finally:
-            if before is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, before)
         how = f"Z-ordered by {', '.join(zorder)}" if zorder else "compacted"
         done.append(Done(name, "optimize", f"{how}: {metrics['numFilesRemoved']} files -> {metrics['numFilesAdded']} "
                                            f"({metrics['filesRemoved']['totalSize'] or 0:,} -> "

@@ -36,7 +36,7 @@ import operator
 import os
 import threading
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import reduce
 
@@ -48,22 +48,21 @@ from msglake.pipelines.io.catalog import add_missing_properties, ensure_table
 from msglake.pipelines.io.once import OnceWriter, commit_mark, commit_metadata, log_version
 from msglake.pipelines.jobs.evaluate import broadcast_distinct, evaluate_copies
 from msglake.pipelines.jobs.running import wait_or_stop
-from msglake.pipelines.session import SMALL_JOB_ROWS, sized_for
+from msglake.pipelines.session import SMALL_JOB_ROWS, setting, sized_for
 from msglake.pipelines.settings import Settings, policy_dicts
 from msglake.schemas import MESSAGES_TABLE
 from msglake.schemas.semantics import CONSUMER_EVENTS_TABLE, DEAD_LETTERS_TABLE, MESSAGE_EVENTS_TABLE
 from msglake.schemas.tables import stats_columns
 from msglake.transforms.lifecycle import (
     DEFAULT_MAX_HOPS,
-    DLQ_PREFIX,
     ORIGIN_ID,
-    RETRY_PREFIX,
     ROW,
     conform,
     conform_events,
     copy_states,
     coupled,
     event_key,
+    is_lineage_name,
     is_lineage_topic,
     is_own_copy,
     link,
@@ -211,7 +210,7 @@ def _origins(s: Stream, batch: DataFrame, topics) -> DataFrame | None:
     """Where the origins of the batch's RocketMQ retry records may be: an earlier batch too, so
     the table (only the rows with those ids, where few), or None when no record names one.
     ``topics``: the batch's topics (no Spark job when none is a retry or DLQ topic)."""
-    if "properties" not in batch.columns or not any(map(_lineage_name, topics)):
+    if "properties" not in batch.columns or not any(map(is_lineage_name, topics)):
         return None
     origin = F.col("properties")[ORIGIN_ID]
     ids = [r[0] for r in batch.where(is_lineage_topic(F.col("topic")) & origin.isNotNull()).select(origin)
@@ -220,11 +219,6 @@ def _origins(s: Stream, batch: DataFrame, topics) -> DataFrame | None:
     if not ids or table is None:
         return None
     return table if len(ids) > ORIGIN_LOOKUP_IDS else table.where(F.col("messageId").isin(ids))
-
-
-def _lineage_name(topic: str) -> bool:
-    """:func:`transforms.lifecycle.is_lineage_topic` of a topic name the driver holds."""
-    return topic.startswith((RETRY_PREFIX, DLQ_PREFIX))
 
 
 def in_chain() -> Column:
@@ -257,8 +251,8 @@ def dormant_copies(spark: SparkSession, path: str, before: int | None = None) ->
 
 def _wake(s: Stream, batch_id: int, touched: list[tuple[DataFrame, list[str], str]]) -> DataFrame | None:
     """The dormant copies that ``touched`` (key sets, each with its flag column) names, kept for
-    the batch; None when there are none, or the batch's input names nothing (then the dormant
-    table is not read: one small job answers)."""
+    the batch; None when there are none. With no key sets the dormant table is not read; when
+    the sets are empty, one small job finds that."""
     rows = None if not touched else dormant_copies(s.spark, s.dormant_path, batch_id)
     if rows is None:
         return None
@@ -287,22 +281,14 @@ def _no_stale_dormant(s: Stream) -> None:
                         f"semantics-pending and semantics-dormant together to start over")
 
 
-@contextmanager
 def _no_constraints(spark: SparkSession):
     """Within, the plans Spark optimizes infer no constraints (the conditions a plan's rows are
     known to meet). A checkpoint keeps those of the plan it was made from, and a plan over it
     adds its own: the pending set held from batch to batch (:class:`Held`) carried every
     batch's watermark conditions into the next, and planning them grew until the driver ran out
     of memory (batches of 4 s took 14-26 s by the tenth, then "GC overhead limit exceeded").
-    The setting is the session's: a plan another thread optimizes meanwhile infers none either
-    (the same results)."""
-    key = "spark.sql.constraintPropagation.enabled"
-    was = spark.conf.get(key)
-    spark.conf.set(key, "false")
-    try:
-        yield
-    finally:
-        spark.conf.set(key, was)
+    A plan another thread optimizes meanwhile infers none either (the same results)."""
+    return setting(spark, "spark.sql.constraintPropagation.enabled", "false")
 
 
 def step(s: Stream, batch: DataFrame, batch_id: int) -> None:
@@ -395,7 +381,7 @@ def _step(s: Stream, batch: DataFrame, batch_id: int, sizing: ExitStack) -> None
         # The dormant copies this batch's input names join the pending ones (the rest cannot change).
         # A new row is in a chain only in a retry or DLQ topic (its nextRowId is null); with none
         # of those and no chained copy pending (known when the set is held), no chain wakes one.
-        if chained or chained is None or any(map(_lineage_name, arrivals)):
+        if chained or chained is None or any(map(is_lineage_name, arrivals)):
             chains = broadcast_distinct(copies.where(chain).select("uniqueId").unionByName(
                 fresh.where(chain).select("uniqueId"))).withColumn("_chained", F.lit(True))
             waking = touched + [(chains, ["uniqueId"], "_chained")]
@@ -490,7 +476,7 @@ def _step(s: Stream, batch: DataFrame, batch_id: int, sizing: ExitStack) -> None
     if made and commit_metadata(s.pending_path, version) == commit_mark(s.writer("-pending").app_id, batch_id):
         # In a few partitions: the set is a union of the last set's and the batch's parts, whose
         # partitions would add up batch after batch (a task each).
-        s.held = Held(version, w, dict(topics), keep.where(~F.col("_dormant")).select(*ROW, "dueAt").coalesce(tasks),
+        s.held = Held(version, w, topics, keep.where(~F.col("_dormant")).select(*ROW, "dueAt").coalesce(tasks),
                       kept, counts["chained"])
 
     s.summary.batches += 1
