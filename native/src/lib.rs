@@ -6,6 +6,11 @@
 //! Arrow C Data Interface (`arrow::Batch`): the columns of the unified schema in their schema
 //! types, and the numbers the Python steps go on with (positions, fixed fields).
 
+/// The core's allocator (see Cargo.toml): every column buffer of a chunk, including those
+/// pyarrow frees later through the C Data Interface's release callback, which calls back here.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod arrow;
 mod buffers;
 mod digits;
