@@ -7,6 +7,7 @@ warning that says how to build it.
 """
 from __future__ import annotations
 
+import mmap
 import os
 import warnings
 from types import ModuleType
@@ -52,13 +53,18 @@ class NativeCodec:
     uses the Python path where it is missing)."""
 
     _native: bool | None
+    #: Whether the native path reads a file's chunks through a mapping of it instead of copying
+    #: them into a buffer (:meth:`_read_chunk`). Only for a format whose broker never cuts a file
+    #: in place: a page of a mapping that the file no longer reaches faults (SIGBUS) when read.
+    maps_files = False
 
     def _attach_core(self) -> None:
         self._core = core(self._native)
         self._chunk: bytearray | None = None
+        self._window: tuple | None = None
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_core", "_chunk")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_core", "_chunk", "_window")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -72,10 +78,43 @@ class NativeCodec:
         gets a new ``bytes``."""
         if self._core is None:
             return os.pread(fd, size, pos)
+        if self.maps_files:
+            return self._mapped(fd, size, pos)
         if self._chunk is None or len(self._chunk) < size:
             self._chunk = bytearray(size)
         view = memoryview(self._chunk)[:size]
         return view[: os.preadv(fd, [view], pos)]
+
+
+    def _mapped(self, fd: int, size: int, pos: int):
+        """:meth:`_read_chunk` through a mapping of the file, a window of ``MAP_WINDOW`` bytes at a
+        time (the pages a worker holds stay bounded). The core reads the page cache in place: the
+        copy into a buffer was 19 % of a native RocketMQ decode pass (0.127 of 0.66 s, the 1.19M
+        records of the suite's set), and whole passes ran 6-7 % faster mapped (a new mapping per
+        decode call, alternated twice). The file's size is checked on every call, so a file that
+        shrank reads short, as with ``pread``; the view stays valid while anything holds it (the
+        mapping goes when the last view of it does)."""
+        st = os.fstat(fd)
+        end = min(pos + size, st.st_size)
+        if end <= pos:
+            return memoryview(b"")
+        file = (st.st_dev, st.st_ino)
+        w = self._window
+        if w is None or w[0] != file or pos < w[1] or end > w[2]:
+            start = pos - pos % mmap.ALLOCATIONGRANULARITY
+            stop = min(max(start + MAP_WINDOW, end), st.st_size)
+            w = self._window = (file, start, stop, memoryview(mmap.mmap(fd, stop - start, offset=start,
+                                                                         prot=mmap.PROT_READ)))
+        return w[3][pos - w[1]:end - w[1]]
+
+    def _unmap(self) -> None:
+        """Let the mapping of the last file go (at the end of a decode call: the next call maps
+        its file again, so no call reads pages another mapped before it)."""
+        self._window = None
+
+
+#: Bytes of a file one mapping of :meth:`NativeCodec._mapped` covers.
+MAP_WINDOW = 64 << 20
 
 
 def _warn_once(why: str) -> None:

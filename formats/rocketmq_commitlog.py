@@ -598,6 +598,11 @@ class RocketMqCommitLogCodec(NativeCodec):
     name = NAME
     source_format = SOURCE_FORMAT
     Options = RocketMqOptions
+    #: A broker makes each CommitLog file at its full size and never cuts one in place: its
+    #: recovery deletes the files past the last good record and moves the write position back in
+    #: the one that holds it, and retention deletes whole files (a deleted file stays readable
+    #: while mapped). So the native path maps them (``NativeCodec._mapped``).
+    maps_files = True
 
     def __init__(self, options: RocketMqOptions | None = None, /, *, chunk_bytes: int = CHUNK_BYTES, **fields):
         self.options = options if options is not None else RocketMqOptions(**fields)
@@ -844,6 +849,7 @@ class RocketMqCommitLogCodec(NativeCodec):
             if end > stop_at:
                 yield shrink_loss(SOURCE_FORMAT, seg, stop_at, end)
         finally:
+            self._unmap()
             os.close(fd)
 
     def _frame(self, data, segment: str, base: int, hard_end: int, phys_base: int, file_end: int) -> Framing:

@@ -275,6 +275,37 @@ def test_rocketmq_sparse_live_file(tmp_path):
     assert_same(RocketMqCommitLogCodec, str(tmp_path / "live"))
 
 
+@needs_native
+@pytest.mark.parametrize("window", [N.MAP_WINDOW, 64 << 10])
+def test_rocketmq_files_read_through_a_mapping_decode_as_copied_ones(tmp_path, monkeypatch, window):
+    """The native path maps CommitLog files (``NativeCodec._mapped``): the same rows as chunks
+    copied into a buffer, with windows that chunks straddle, a file that shrinks between chunks
+    ending the read as a read does, and no mapping left once a decode call is done."""
+    monkeypatch.setattr(N, "MAP_WINDOW", window)
+    rocketmq_samples.generate(str(tmp_path), 1200, seed=7, file_size=512 << 10)
+
+    def decode(maps: bool, chunk: int) -> pa.Table:
+        codec = RocketMqCommitLogCodec(native=True, chunk_bytes=chunk)
+        codec.maps_files = maps
+        table = decode_root(codec, str(tmp_path)).table
+        assert codec._window is None
+        return table
+
+    for chunk in (5000, 100_000):
+        mapped, copied = decode(True, chunk), decode(False, chunk)
+        assert mapped.num_rows > 1000 and mapped.equals(copied)
+
+    codec = RocketMqCommitLogCodec(native=True, chunk_bytes=4000)
+    seg = next(s for s in codec.scan(str(tmp_path)).segments if not s.whole_file)
+    results = codec.decode(str(tmp_path), seg, 0, seg.committed_end)
+    first = next(results)
+    os.truncate(os.path.join(tmp_path, seg.path), 9000)
+    rest = list(results)
+    assert "shrank" in rest[-1].batch.to_pylist()[-1]["reason"]
+    assert first.decoded_bytes + sum(r.decoded_bytes + r.quarantined_bytes for r in rest) == seg.committed_end
+    assert codec._window is None
+
+
 _hosts = st.sampled_from(["127.0.0.1:50000", "10.1.2.3:10911", "[::1]:10911", "[2408:4004:180::898a]:1",
                           "[::ffff:1.2.3.4]:7", "[1:0:0:2::3]:9"])
 _props = st.dictionaries(st.sampled_from(["UNIQ_KEY", "KEYS", "TAGS", "DELAY", "TIMER_DELIVER_MS", "TRAN_MSG", "TTL",
