@@ -145,7 +145,7 @@ def frame_chunk(buf, core=None, seg: SegmentInfo | None = None, store_host: str 
                _segment_constants(seg, store_host))
     at, pos, kind, bad, plain = core.nsq_chunk(buf, 0, len(buf), *_NOT_PROPERTIES, rows_at,
                                                NV.layout(core, SOURCE_SCHEMA))
-    return (_framing(NV.numbers(NV.arrow(at), "positions"), pos, kind, bad),
+    return (_framing(NV.numbers(NV.arrow_as(at, NV.POSITIONS), 0), pos, kind, bad),
             None if plain is None else NV.arrow_as(plain, SOURCE_SCHEMA))
 
 

@@ -151,8 +151,8 @@ def walk(buf, start: int, end: int, hard_end: int, phys_base: int, file_end: int
     if core is not None:
         at, stop, kind, why, need = core.rmq_walk(buf, start, end, hard_end, phys_base,
                                                   hard_end if file_end is None else file_end)
-        at = NV.arrow(at)
-        return Framing(NV.numbers(at, "positions"), NV.numbers(at, "lengths"), stop, kind, why, need)
+        at = NV.arrow_as(at, NV.POSITIONS_LENGTHS)
+        return Framing(NV.numbers(at, 0), NV.numbers(at, 1), stop, kind, why, need)
     fr = _chain(buf, start, end, hard_end, file_end)
     bad = _first_misframed(buf, fr.positions, fr.lengths, phys_base)
     if bad is None:
@@ -862,9 +862,9 @@ class RocketMqCommitLogCodec(NativeCodec):
             data, 0, len(data), hard_end, phys_base, file_end, base,
             _chunk_constants(segment), _CODEC_LIST, self.verify_crc, self.delay_levels.tolist(), *_NATIVE_RULES,
             NV.layout(self._core, SOURCE_SCHEMA))
-        at = NV.arrow(at)
-        return Framing(NV.numbers(at, "positions"), NV.numbers(at, "lengths"), stop, kind, why, need,
-                       (NV.arrow_as(rows, SOURCE_SCHEMA), NV.arrow(outer), reasons))
+        at = NV.arrow_as(at, NV.POSITIONS_LENGTHS)
+        return Framing(NV.numbers(at, 0), NV.numbers(at, 1), stop, kind, why, need,
+                       (NV.arrow_as(rows, SOURCE_SCHEMA), NV.arrow_as(outer, NV.OUTER), reasons))
 
     def _records(self, buf: np.ndarray, base: int, fr: Framing, seg: SegmentInfo, qb: QuarantineBuilder):
         """Decode the framed records of ``buf`` (file bytes from ``base``); bad ones go to ``qb``."""

@@ -276,6 +276,40 @@ def test_rocketmq_sparse_live_file(tmp_path):
 
 
 @needs_native
+def test_the_number_batches_of_the_chunk_steps_are_what_their_declared_schemas_say(tmp_path):
+    """``native.POSITIONS``, ``POSITIONS_LENGTHS`` and ``OUTER``, with which the codecs import the
+    chunk steps' small batches, are the fields the core exports for them (checked on every call of
+    a decode of each format, through the PyCapsule protocol, which carries the core's own schema)."""
+    seen = []
+
+    class Checked:
+        def __init__(self, core):
+            self._core = core
+
+        def __getattr__(self, name):
+            step = getattr(self._core, name)
+            expected = {"rmq_chunk": {0: N.POSITIONS_LENGTHS, 6: N.OUTER}, "rmq_walk": {0: N.POSITIONS_LENGTHS},
+                        "nsq_chunk": {0: N.POSITIONS}}.get(name)
+            if expected is None:
+                return step
+
+            def checked(*args):
+                out = step(*args)
+                for i, schema in expected.items():
+                    assert pa.record_batch(out[i]).schema == schema, (name, i)
+                seen.append(name)
+                return out
+            return checked
+
+    rocketmq_samples.generate(str(tmp_path / "r"), 300, seed=7, file_size=64 << 10)
+    nsq_samples.generate(str(tmp_path / "n"), 300, seed=7)
+    for codec, root in ((RocketMqCommitLogCodec(native=True), "r"), (NsqExtCodec(native=True), "n")):
+        codec._core = Checked(codec._core)
+        decode_root(codec, str(tmp_path / root))
+    assert {"rmq_chunk", "rmq_walk", "nsq_chunk"} <= set(seen)
+
+
+@needs_native
 @pytest.mark.parametrize("window", [N.MAP_WINDOW, 64 << 10])
 def test_rocketmq_files_read_through_a_mapping_decode_as_copied_ones(tmp_path, monkeypatch, window):
     """The native path maps CommitLog files (``NativeCodec._mapped``): the same rows as chunks
