@@ -72,7 +72,8 @@ class NativeCodec:
 
     def _read_chunk(self, fd: int, size: int, pos: int):
         """Up to ``size`` bytes of ``fd`` from ``pos`` (fewer at the end of the file). The native
-        path reads every chunk into one reused buffer (the view is valid until the next read): its
+        path of a format that ``maps_files`` takes them from a mapping (:meth:`_mapped`); otherwise
+        it reads every chunk into one reused buffer (the view is valid until the next read): its
         decode copies every value it keeps, and a fresh buffer per chunk cost page faults on every
         read, 15-25 % of an NSQ decode (measured alternating both in one process). The Python path
         gets a new ``bytes``."""
@@ -85,12 +86,11 @@ class NativeCodec:
         view = memoryview(self._chunk)[:size]
         return view[: os.preadv(fd, [view], pos)]
 
-
     def _mapped(self, fd: int, size: int, pos: int):
         """:meth:`_read_chunk` through a mapping of the file, a window of ``MAP_WINDOW`` bytes at a
         time (the pages a worker holds stay bounded). The core reads the page cache in place: the
         copy into a buffer was 19 % of a native RocketMQ decode pass (0.127 of 0.66 s, the 1.19M
-        records of the suite's set), and whole passes ran 6-7 % faster mapped (a new mapping per
+        records of the suite's set), and whole passes ran 4-7 % faster mapped (a new mapping per
         decode call, alternated twice). The file's size is checked on every call, so a file that
         shrank reads short, as with ``pread``; the view stays valid while anything holds it (the
         mapping goes when the last view of it does)."""
