@@ -11,6 +11,7 @@ import mmap
 import os
 import warnings
 from types import ModuleType
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -61,7 +62,7 @@ class NativeCodec:
     def _attach_core(self) -> None:
         self._core = core(self._native)
         self._chunk: bytearray | None = None
-        self._window: tuple | None = None
+        self._window: _Window | None = None
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in ("_core", "_chunk", "_window")}
@@ -100,12 +101,12 @@ class NativeCodec:
             return memoryview(b"")
         file = (st.st_dev, st.st_ino)
         w = self._window
-        if w is None or w[0] != file or pos < w[1] or end > w[2]:
+        if w is None or w.file != file or pos < w.start or end > w.stop:
             start = pos - pos % mmap.ALLOCATIONGRANULARITY
             stop = min(max(start + MAP_WINDOW, end), st.st_size)
-            w = self._window = (file, start, stop, memoryview(mmap.mmap(fd, stop - start, offset=start,
-                                                                         prot=mmap.PROT_READ)))
-        return w[3][pos - w[1]:end - w[1]]
+            w = self._window = _Window(file, start, stop, memoryview(mmap.mmap(fd, stop - start, offset=start,
+                                                                                prot=mmap.PROT_READ)))
+        return w.view[pos - w.start:end - w.start]
 
     def _unmap(self) -> None:
         """Let the mapping of the last file go (at the end of a decode call: the next call maps
@@ -115,6 +116,15 @@ class NativeCodec:
 
 #: Bytes of a file one mapping of :meth:`NativeCodec._mapped` covers.
 MAP_WINDOW = 64 << 20
+
+
+class _Window(NamedTuple):
+    """The mapped bytes ``[start, stop)`` of the file ``(st_dev, st_ino)``."""
+
+    file: tuple[int, int]
+    start: int
+    stop: int
+    view: memoryview
 
 
 def _warn_once(why: str) -> None:

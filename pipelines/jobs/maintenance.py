@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from msglake.errors import ConfigError
 from msglake.pipelines.io.catalog import delta_path
-from msglake.schemas import LAKE_TABLES
 from msglake.pipelines.session import setting
 from msglake.pipelines.settings import Settings
+from msglake.schemas import LAKE_TABLES
 
 #: Delta's own default retention (7 days): below it a concurrent or lagging reader, or a
 #: streaming checkpoint, may need files VACUUM would delete.
