@@ -6,17 +6,24 @@
 //! end the file exactly; zeros are the unwritten tail.
 
 use super::layout::{body_length_at, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MIN_RECORD};
-use crate::read::be_i32;
+use crate::read::{be_i16, be_i32, be_i64};
 
 /// Big-endian signed integer of `width` bytes at `at`, bytes past the buffer read as its
 /// last byte (as `formats/base.py::be_int` reads them).
 pub fn clamped(b: &[u8], at: i64, width: usize) -> i64 {
     if at >= 0 && (at as usize).saturating_add(width) <= b.len() {
-        // The usual case, read at once: a record's fields lie inside the buffer.
-        let mut raw = [0u8; 8];
-        raw[8 - width..].copy_from_slice(&b[at as usize..at as usize + width]);
-        let shift = 64 - 8 * width as u32;
-        return (i64::from_be_bytes(raw) << shift) >> shift;
+        // The usual case, read at once: a record's fields lie inside the buffer. One read per
+        // width: a copy of `width` bytes into an 8-byte array compiled to a call of memcpy whose
+        // small stores the following 8-byte load had to wait for (perf: 71 % of check_record's
+        // samples on that load, check_record 9 % of a RocketMQ pass).
+        let at = at as usize;
+        return match width {
+            1 => b[at] as i8 as i64,
+            2 => be_i16(b, at) as i64,
+            4 => be_i32(b, at) as i64,
+            8 => be_i64(b, at),
+            _ => unreachable!("fields are 1, 2, 4 or 8 bytes wide"),
+        };
     }
     let last = b.len().saturating_sub(1) as i64;
     let mut v: i64 = 0;
