@@ -205,18 +205,20 @@ fn rmq_rules(delay_levels: Vec<i64>, reserved: Vec<String>, system_topics: Vec<S
 }
 
 /// RocketMQ: `rmq_walk`, decoding each record as the walk reaches it (while its bytes are in
-/// cache): (positions and lengths, stop, kind, why, need, rows, outer, [(record index, why)]).
-/// The rows: one per message of the records that pass every check (see `messages_batch`),
-/// arranged as `layout` (the source schema); outer: the record each row comes from; the list
-/// names the records that failed.
+/// cache): (positions and lengths, records, stop, kind, why, need, rows, outer, bytes,
+/// [(record index, why)]). The rows: one per message of the records that pass every check (see
+/// `messages_batch`), arranged as `layout` (the source schema); outer: the record each row comes
+/// from; bytes: their records' TOTALSIZEs summed (`recordLength` of the rows); the list names the
+/// records that failed. `records` counts the positions, so the usual chunk, every record
+/// decoded, needs neither small batch imported.
 #[pyfunction]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn rmq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64, hard_end: i64, phys_base: i64,
                   file_end: i64, base: i64, constants: Constants, codec_names: Vec<String>, verify_crc: bool,
                   delay_levels: Vec<i64>, reserved: Vec<String>, system_topics: Vec<String>, system_prefix: String,
                   layout: PyRef<'py, Layout>)
-    -> PyResult<(Bound<'py, Batch>, i64, &'static str, String, i64, Bound<'py, Batch>, Bound<'py, Batch>,
-                 Vec<(usize, String)>)> {
+    -> PyResult<(Bound<'py, Batch>, usize, i64, &'static str, String, i64, Bound<'py, Batch>, Bound<'py, Batch>,
+                 i64, Vec<(usize, String)>)> {
     if codec_names.len() != 8 {
         return Err(pyo3::exceptions::PyValueError::new_err("a compression name for each of the 8 COMPRESSIONTYPEs"));
     }
@@ -232,10 +234,13 @@ fn rmq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64
     });
     let reasons = std::mem::take(&mut m.reasons);
     let n = m.outer.len();
+    let records = fr.positions.len();
+    let bytes = m.length.iter().sum();
     let mut outer = BatchBuilder::new();
     outer.add("outer", numbers::<Int64Type>(std::mem::take(&mut m.outer)));
-    Ok((positions(py, fr.positions, Some(fr.lengths))?, fr.stop, fr.kind.name(), fr.why, fr.need,
-        messages_batch(m, base, &constants, &codec_names).finish_as(py, &layout, n)?, outer.finish(py, n)?, reasons))
+    Ok((positions(py, fr.positions, Some(fr.lengths))?, records, fr.stop, fr.kind.name(), fr.why, fr.need,
+        messages_batch(m, base, &constants, &codec_names).finish_as(py, &layout, n)?, outer.finish(py, n)?, bytes,
+        reasons))
 }
 
 /// The decoded RocketMQ messages as the unified schema's columns, under their names and in
@@ -347,7 +352,7 @@ fn nsq_header_batch(c: nsq::headers::Columns) -> BatchBuilder {
 
 /// Bumped whenever a function's arguments or results change: `formats/native.py` uses the
 /// module only when it names the same version, so a stale build never meets newer codecs.
-const API_VERSION: u32 = 9;
+const API_VERSION: u32 = 10;
 
 #[pymodule]
 fn msglake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {

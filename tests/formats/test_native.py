@@ -288,7 +288,7 @@ def test_the_number_batches_of_the_chunk_steps_are_what_their_declared_schemas_s
 
         def __getattr__(self, name):
             step = getattr(self._core, name)
-            expected = {"rmq_chunk": {0: N.POSITIONS_LENGTHS, 6: N.OUTER}, "rmq_walk": {0: N.POSITIONS_LENGTHS},
+            expected = {"rmq_chunk": {0: N.POSITIONS_LENGTHS, 7: N.OUTER}, "rmq_walk": {0: N.POSITIONS_LENGTHS},
                         "nsq_chunk": {0: N.POSITIONS}}.get(name)
             if expected is None:
                 return step
@@ -429,7 +429,7 @@ def test_columns_cross_through_the_c_data_interface_in_their_schema_types(tmp_pa
     nsq, rmq = NsqExtCodec(native=True), RocketMqCommitLogCodec(native=True)
     data = commitlog.read_bytes()
     rows = {"nsq-ext": frame_chunk(segment.read_bytes(), nsq._core)[1],
-            "rocketmq-commitlog": rmq._frame(data, "0", 0, len(data), 0, len(data)).decoded[0]}
+            "rocketmq-commitlog": rmq._frame(data, "0", 0, len(data), 0, len(data)).decoded.rows}
     for fmt, batch in rows.items():
         assert batch is not None and batch.num_rows > 0, fmt
         shared = [name for name in batch.schema.names if name in SOURCE_SCHEMA.names]
@@ -468,7 +468,7 @@ def test_a_layout_arranges_a_batch_and_refuses_what_does_not_fit(tmp_path):
     def rows(schema):
         out = core.rmq_chunk(data, 0, len(data), len(data), 0, len(data), 0, R._chunk_constants("0"), R._CODEC_LIST,
                              True, codec.delay_levels.tolist(), *R._NATIVE_RULES, core.Layout(schema))
-        return N.arrow_as(out[5], schema)
+        return N.arrow_as(out[6], schema)
 
     wider = SOURCE_SCHEMA.insert(3, pa.field("nothing", pa.int64()))
     got = rows(wider)
