@@ -216,11 +216,26 @@ def raw_read(fmt: str, data: Path) -> dict:
             "mbPerS": total / seconds / 1e6, "pageCache": "warm (read once before the timed reads)"}
 
 
+#: Timed decode passes; the fastest counts, as the Java peer's fastest timed pass does.
+DECODE_PASSES = 3
+
+
 def decode(fmt: str, data: Path, expected: int) -> dict:
-    n, on_disk, seconds = decode_pass(fmt, data)
+    """The fastest of :data:`DECODE_PASSES` decode passes, this process pinned to one core (as the
+    Java peer's JVM is) for them. Measured as the peer is: one pass alone (until stop 66) swung
+    from 0.77x to 0.94x of the peer in two runs of the same code, while the peer's own figure is
+    the best of its passes."""
+    cores = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cores)})
+    try:
+        runs = [decode_pass(fmt, data) for _ in range(DECODE_PASSES)]
+    finally:
+        os.sched_setaffinity(0, cores)
+    n, on_disk, seconds = min(runs, key=lambda r: r[2])
     assert n == expected, (n, expected)
-    return {"messages": n, "bytes": on_disk, "seconds": round(seconds, 2), "messagesPerS": n / seconds,
-            "mbPerS": on_disk / seconds / 1e6}
+    return {"messages": n, "bytes": on_disk, "seconds": round(seconds, 3), "messagesPerS": n / seconds,
+            "mbPerS": on_disk / seconds / 1e6, "passes": DECODE_PASSES,
+            "passSeconds": [round(r[2], 3) for r in runs]}
 
 
 def peer_decode(data: Path, expected: int, ours: dict) -> dict:
@@ -631,7 +646,8 @@ def markdown(result: dict) -> str:
             lines += ["", *table]
     lines += [
         "",
-        "Raw read and decode run in this Python process on one core; RocketMQ's Java MessageDecoder runs on "
+        f"Raw read and decode run in this Python process on one core (decode: the fastest of {DECODE_PASSES} passes, "
+        "the process pinned to one core); RocketMQ's Java MessageDecoder runs on "
         "the same files in a JVM pinned to one core (-XX:ActiveProcessorCount=1): its fastest of the timed "
         f"passes (at least 3, {java_peer.WORK_MESSAGES:,} messages in all), after untimed passes of as many "
         "messages that warm its JIT. Spark runs use local[2], both cores. Memory runs are ingests with semantics off, each in a "
