@@ -7,7 +7,7 @@ JARS   := .jars
 # Groups pyspark already ships in pyspark/jars: keep one copy of each on the classpath.
 JAR_EXCLUDES := org.scala-lang,org.apache.hadoop,com.fasterxml.jackson.core,com.fasterxml.jackson.datatype,org.apache.parquet,org.roaringbitmap,io.airlift,org.apache.logging.log4j,org.slf4j,commons-logging,commons-pool,org.locationtech.jts,com.google.code.findbugs,org.xerial.snappy,com.github.luben,javax.annotation
 
-.PHONY: setup demo test test-fast test-native bench clean-demo help
+.PHONY: setup demo test test-fast test-native test-python-path bench clean-demo help
 # Two set-up steps at a time (e.g. the Delta jars fetched while pip installs, the local file system
 # jar compiled while cargo builds the native core): the prerequisites below say what waits for what.
 # (cargo is started without make's MAKEFLAGS: it would look for make's job slots, which a recipe
@@ -102,7 +102,7 @@ demo: setup
 # On pytest-xdist's workers (a worker per core, as memory allows), each with its own SparkSession,
 # taking a file's tests at a time, the longest first (tests/conftest.py: pytest_xdist_make_scheduler).
 TEST_WORKERS ?= auto
-test: setup test-native
+test: setup test-native test-python-path
 	MSGLAKE_REQUIRE_NATIVE=$$(command -v cargo >/dev/null 2>&1 && echo 1 || echo 0) $(BIN)/python -m pytest \
 	    -n $(TEST_WORKERS) --dist loadfile
 
@@ -110,6 +110,11 @@ test: setup test-native
 test-native: $(BIN)/.native
 	@if command -v cargo >/dev/null 2>&1; then MAKEFLAGS= PYO3_PYTHON=$(abspath $(BIN)/python) cargo test --quiet --release \
 	    --manifest-path native/Cargo.toml; else echo "cargo not found: the native crate's tests are skipped"; fi
+
+# Every codec test on the Python path too (the reference the native core is checked against;
+# the default run takes the native path where it is built): about 30 s on one core.
+test-python-path: setup
+	MSGLAKE_NATIVE=0 $(BIN)/python -m pytest -q -p no:cacheprovider tests/formats
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow"
