@@ -8,8 +8,8 @@
 use super::layout::{body_length_at, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MIN_RECORD};
 use crate::read::{be_i16, be_i32, be_i64};
 
-/// Big-endian signed integer of `width` bytes at `at`, bytes past the buffer read as its
-/// last byte (as `formats/base.py::be_int` reads them).
+/// Big-endian signed integer of `width` (1, 2, 4 or 8) bytes at `at`, bytes past the buffer
+/// read as its last byte (as `formats/base.py::be_int` reads them).
 pub fn clamped(b: &[u8], at: i64, width: usize) -> i64 {
     if at >= 0 && (at as usize).saturating_add(width) <= b.len() {
         // The usual case, read at once: a record's fields lie inside the buffer. One read per
@@ -214,5 +214,16 @@ mod tests {
     fn clamped_reads_repeat_the_last_byte() {
         assert_eq!(clamped(&[0xff, 0xfe], 0, 2), -2);
         assert_eq!(clamped(&[0, 1], 1, 2), 0x0101);
+    }
+
+    #[test]
+    fn clamped_reads_inside_the_buffer_are_signed_at_every_width() {
+        let b = [0x80, 0xff, 0xff, 0xfe, 0, 0, 0, 1, 0x7f];
+        assert_eq!(clamped(&b, 0, 1), -128);
+        assert_eq!(clamped(&b, 8, 1), 127);
+        assert_eq!(clamped(&b, 1, 2), -1);
+        assert_eq!(clamped(&b, 0, 4), i32::from_be_bytes([0x80, 0xff, 0xff, 0xfe]) as i64);
+        assert_eq!(clamped(&b, 0, 8), i64::from_be_bytes([0x80, 0xff, 0xff, 0xfe, 0, 0, 0, 1]));
+        assert_eq!(clamped(&b, 1, 8), 0xffff_fe00_0000_017f_u64 as i64);
     }
 }
