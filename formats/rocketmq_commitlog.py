@@ -84,14 +84,21 @@ _PHY = struct.Struct(">q")
 
 
 class Framing:
-    """Records found in a buffer: start positions and TOTALSIZEs (buffer-relative)."""
+    """Records found in a buffer: start positions and TOTALSIZEs (buffer-relative).
+
+    The native decode step (``rmq_chunk``) gives ``positions``/``lengths`` as a batch of the core
+    (``core_numbers``), imported only when they are asked for: the usual chunk, every record
+    decoded, needs only ``records``. Importing them, the rows' record indexes and their lengths'
+    sum was 4 % of a native pass."""
 
     __slots__ = ("_positions", "_lengths", "_core_numbers", "records", "stop", "kind", "why", "need", "decoded")
 
-    def __init__(self, positions: np.ndarray, lengths: np.ndarray, stop: int, kind: str, why: str = "",
-                 need: int = 0):
-        self._positions, self._lengths, self._core_numbers = positions, lengths, None
-        self.records = len(positions)
+    def __init__(self, positions: np.ndarray | None, lengths: np.ndarray | None, stop: int, kind: str,
+                 why: str = "", need: int = 0, *, records: int | None = None, core_numbers=None,
+                 decoded: _CoreRows | None = None):
+        self._positions, self._lengths, self._core_numbers = positions, lengths, core_numbers
+        #: How many records were found (``len(positions)``).
+        self.records = len(positions) if records is None else records
         self.stop = stop  # first position not covered by a record
         #: "end" (walked to ``end``), "incomplete" (a valid record runs past ``end``, read more),
         #: "blank" (end-of-file record at ``stop``), "zero" (zero bytes where a record should
@@ -100,34 +107,28 @@ class Framing:
         self.why = why
         self.need = need  # for "incomplete": the TOTALSIZE of the record at ``stop``
         #: The records already decoded by the native core as it walked them (:meth:`RocketMqCommitLogCodec._frame`).
-        self.decoded: _CoreRows | None = None
-
-    @classmethod
-    def of_core(cls, at, records: int, stop: int, kind: str, why: str, need: int, decoded: _CoreRows) -> Framing:
-        """The framing ``rmq_chunk`` returns: ``at``, its positions and lengths, is imported only when
-        they are asked for. The usual chunk, every record decoded, needs only ``records``: importing
-        them, the rows' record indexes and their lengths' sum was 4 % of a native pass."""
-        fr = cls.__new__(cls)
-        fr._positions = fr._lengths = None
-        fr._core_numbers, fr.records, fr.stop, fr.kind, fr.why, fr.need, fr.decoded = (
-            at, records, stop, kind, why, need, decoded)
-        return fr
+        self.decoded = decoded
 
     @property
     def positions(self) -> np.ndarray:
+        """Where each record starts."""
         if self._positions is None:
             self._import()
         return self._positions
 
     @property
     def lengths(self) -> np.ndarray:
+        """Each record's TOTALSIZE."""
         if self._lengths is None:
             self._import()
         return self._lengths
 
     def _import(self) -> None:
         at = NV.arrow_as(self._core_numbers, NV.POSITIONS_LENGTHS)
-        self._positions, self._lengths = NV.numbers(at, 0), NV.numbers(at, 1)
+        self._positions, self._lengths, self._core_numbers = NV.numbers(at, 0), NV.numbers(at, 1), None
+
+    def __repr__(self) -> str:
+        return f"Framing({self.records} records, stop={self.stop}, kind={self.kind!r}, why={self.why!r})"
 
 
 @dataclass
@@ -903,8 +904,8 @@ class RocketMqCommitLogCodec(NativeCodec):
             data, 0, len(data), hard_end, phys_base, file_end, base,
             _chunk_constants(segment), _CODEC_LIST, self.verify_crc, self.delay_levels.tolist(), *_NATIVE_RULES,
             NV.layout(self._core, SOURCE_SCHEMA))
-        return Framing.of_core(at, records, stop, kind, why, need,
-                               _CoreRows(NV.arrow_as(rows, SOURCE_SCHEMA), outer, nbytes, reasons))
+        return Framing(None, None, stop, kind, why, need, records=records, core_numbers=at,
+                       decoded=_CoreRows(NV.arrow_as(rows, SOURCE_SCHEMA), outer, nbytes, reasons))
 
     def _records(self, buf: np.ndarray, base: int, fr: Framing, seg: SegmentInfo, qb: QuarantineBuilder):
         """Decode the framed records of ``buf`` (file bytes from ``base``); bad ones go to ``qb``."""
