@@ -11,8 +11,8 @@ files the suite measures:
 
 1. raw read: bytes/s of reading the segment files sequentially in Python (1 MiB reads), page
    cache warm (read once, then timed);
-2. decode: the codec alone, no Spark, one core (each file chunk by chunk; the scan untimed); for
-   RocketMQ also its own Java ``MessageDecoder`` on the same files (benchmarks/java_peer.py, one
+2. decode: the codec alone, no Spark, the fastest of three passes on one pinned core (each file
+   chunk by chunk; the scan untimed); for RocketMQ also its own Java ``MessageDecoder`` on the same files (benchmarks/java_peer.py, one
    pinned core, its fastest pass after untimed ones that warm its JIT) and msglake's msg/s over its;
 3. engine ceiling: Spark reading the same messages already decoded (Parquet with the messages
    table's schema, written once, untimed) and writing them to a Delta ``messages`` table
@@ -646,8 +646,8 @@ def markdown(result: dict) -> str:
             lines += ["", *table]
     lines += [
         "",
-        f"Raw read and decode run in this Python process on one core (decode: the fastest of {DECODE_PASSES} passes, "
-        "the process pinned to one core); RocketMQ's Java MessageDecoder runs on "
+        f"Raw read and decode run in this Python process on one core (decode: the fastest of {DECODE_PASSES} "
+        "passes); RocketMQ's Java MessageDecoder runs on "
         "the same files in a JVM pinned to one core (-XX:ActiveProcessorCount=1): its fastest of the timed "
         f"passes (at least 3, {java_peer.WORK_MESSAGES:,} messages in all), after untimed passes of as many "
         "messages that warm its JIT. Spark runs use local[2], both cores. Memory runs are ingests with semantics off, each in a "
