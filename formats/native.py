@@ -169,7 +169,7 @@ def arrow_as(batch, schema: pa.Schema) -> pa.RecordBatch:
 
 
 #: The small batches of numbers the chunk steps return beside their rows, in the fields the core
-#: always gives them (``native/src/lib.rs``: ``positions``, and ``outer`` of ``rmq_chunk``;
+#: always gives them (``native/src/lib.rs``: ``positions`` of every walk, and ``outer`` of ``rmq_chunk``;
 #: ``tests/formats/test_native.py`` checks them against what the core exports). Imported with
 #: these (:func:`arrow_as`), not through the PyCapsule protocol, which exports and imports the
 #: schema every time: 15-40 µs per batch, two per RocketMQ chunk of about 1.3 ms (whole native

@@ -96,7 +96,7 @@ def frame(buf, start: int, end: int, core=None) -> Framing:
     """
     if core is not None:
         at, pos, kind, bad = core.nsq_frame(buf, start, end)
-        return _framing(NV.numbers(NV.arrow(at), "positions"), pos, kind, bad)
+        return _framing(NV.numbers(NV.arrow_as(at, NV.POSITIONS), 0), pos, kind, bad)
     positions: list[int] = []
     append = positions.append
     unpack = _LEN.unpack_from

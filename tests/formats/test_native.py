@@ -289,7 +289,7 @@ def test_the_number_batches_of_the_chunk_steps_are_what_their_declared_schemas_s
         def __getattr__(self, name):
             step = getattr(self._core, name)
             expected = {"rmq_chunk": {0: N.POSITIONS_LENGTHS, 7: N.OUTER}, "rmq_walk": {0: N.POSITIONS_LENGTHS},
-                        "nsq_chunk": {0: N.POSITIONS}}.get(name)
+                        "nsq_chunk": {0: N.POSITIONS}, "nsq_frame": {0: N.POSITIONS}}.get(name)
             if expected is None:
                 return step
 
