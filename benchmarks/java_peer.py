@@ -93,14 +93,18 @@ def commitlog_files(data: Path) -> list[Path]:
     return [data / seg.path for seg in get_codec(FORMAT).scan(str(data)).segments]
 
 
-def harness(files: list[Path], work: int, check_crc: bool = False) -> dict:
+def harness(files: list[Path], work: int, check_crc: bool = False, map_per_pass: bool = False) -> dict:
     """One run of the harness on ``files``, pinned to this process's first CPU: its JSON line.
     ``-XX:ActiveProcessorCount=1`` sizes the JVM (GC, JIT threads) for the one core it gets.
-    ``check_crc``: the decoder checks each body's BODYCRC, as msglake does by default."""
+    ``check_crc``: the decoder checks each body's BODYCRC, as msglake does by default.
+    ``map_per_pass``: each pass maps the files and unmaps them after, as each of msglake's decode
+    calls does (its timed passes then fault the pages into a new mapping, as msglake's do);
+    otherwise every pass reads one mapping made before the first, whose pages stay mapped."""
     cpu = min(os.sched_getaffinity(0))
     cmd = ["taskset", "-c", str(cpu), "java", "-XX:ActiveProcessorCount=1", "-cp",
            f"{TARGET / 'classes'}:{TARGET / 'lib'}/*", MAIN_CLASS, "--messages", str(work),
-           *(["--check-crc"] if check_crc else []), *map(str, files)]
+           *(["--check-crc"] if check_crc else []), *(["--map-per-pass"] if map_per_pass else []),
+           *map(str, files)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"the Java peer failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -119,16 +123,18 @@ def check_real_files() -> None:
             raise RuntimeError(f"{store}: the Java peer decoded {peer} messages, msglake {ours}")
 
 
-def run(data: Path, expected: int, *, work: int = WORK_MESSAGES, check_crc: bool = False) -> dict:
+def run(data: Path, expected: int, *, work: int = WORK_MESSAGES, check_crc: bool = False,
+        map_per_pass: bool = False) -> dict:
     """RocketMQ's ``MessageDecoder`` over the CommitLog files under ``data``: the fastest timed
     pass, after untimed ones (``work`` messages each way, see :data:`WORK_MESSAGES`), BODYCRC
-    checked when ``check_crc``. Its message count must be ``expected`` (msglake's), or this
-    raises. Without the peer: ``{"skipped": why}``."""
+    checked when ``check_crc``, the files mapped once or per pass (``map_per_pass``, see
+    :func:`harness`). Its message count must be ``expected`` (msglake's), or this raises.
+    Without the peer: ``{"skipped": why}``."""
     why = ready()
     if why:
         return {"skipped": why}
     check_real_files()
-    out = harness(commitlog_files(data), work, check_crc)
+    out = harness(commitlog_files(data), work, check_crc, map_per_pass)
     if out["messages"] != expected:
         raise RuntimeError(f"{data}: the Java peer decoded {out['messages']:,} messages, msglake {expected:,}")
     return out

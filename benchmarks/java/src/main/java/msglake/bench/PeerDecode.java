@@ -15,9 +15,13 @@ import org.apache.rocketmq.common.sysflag.MessageSysFlag;
  * RocketMQ's own {@link MessageDecoder} over CommitLog files: the peer that benchmarks/suite.py and
  * bench_decode.py time next to msglake's decode, on the same files.
  *
- * <pre>java -cp 'target/classes:target/lib/*' msglake.bench.PeerDecode [--messages N] [--check-crc] FILE...</pre>
+ * <pre>java -cp 'target/classes:target/lib/*' msglake.bench.PeerDecode [--messages N] [--check-crc]
+ *     [--map-per-pass] FILE...</pre>
  *
- * Each file is mapped once and walked as the broker's recovery walks it
+ * Each file is mapped once, before the first pass, and every pass reads that mapping (its pages
+ * stay mapped: the timed passes take no page fault); with {@code --map-per-pass} each pass maps
+ * the file and unmaps it after, as each of msglake's decode calls does. A file is walked as the
+ * broker's recovery walks it
  * ({@code CommitLog.checkMessageAndReturnSize}): a record is decoded with
  * {@code MessageDecoder.decode(buf, readBody=true, deCompressBody=false, isClient=false,
  * isSetPropertiesString=false, checkCRC)}, {@code checkCRC} false (the decoder's default) unless
@@ -43,21 +47,27 @@ public final class PeerDecode {
 
     /** Whether BODYCRC is checked ({@code --check-crc}). */
     private static boolean checkCrc;
+    /** Whether each pass maps its files and unmaps them after ({@code --map-per-pass}), as each of
+     * msglake's decode calls does, instead of all passes reading one mapping made before them. */
+    private static boolean mapPerPass;
 
     public static void main(String[] args) throws IOException {
         long work = 2_000_000;
-        List<ByteBuffer> files = new ArrayList<>();
+        List<Path> files = new ArrayList<>();
         for (int i = 0; i < args.length; i++) {
             if (args[i].equals("--messages")) {
                 work = Long.parseLong(args[++i]);
             } else if (args[i].equals("--check-crc")) {
                 checkCrc = true;
+            } else if (args[i].equals("--map-per-pass")) {
+                mapPerPass = true;
             } else {
-                files.add(map(Path.of(args[i])));
+                files.add(Path.of(args[i]));
             }
         }
         if (files.isEmpty()) {
-            throw new IllegalArgumentException("usage: PeerDecode [--messages N] [--check-crc] FILE...");
+            throw new IllegalArgumentException(
+                "usage: PeerDecode [--messages N] [--check-crc] [--map-per-pass] FILE...");
         }
         Pass first = decodeAll(files);
         if (first.messages == 0) {
@@ -76,9 +86,34 @@ public final class PeerDecode {
         }
         double seconds = best / 1e9;
         System.out.printf("{\"records\": %d, \"messages\": %d, \"bytes\": %d, \"seconds\": %.9f, "
-                + "\"messagesPerS\": %.1f, \"warmupPasses\": %d, \"passes\": %d, \"sink\": %d, \"checkCrc\": %b}%n",
+                + "\"messagesPerS\": %.1f, \"warmupPasses\": %d, \"passes\": %d, \"sink\": %d, \"checkCrc\": %b, "
+                + "\"mapPerPass\": %b}%n",
             first.records, first.messages, first.bytes, seconds, first.messages / seconds, warmup, passes, first.sink,
-            checkCrc);
+            checkCrc, mapPerPass);
+    }
+
+    private static final java.util.Map<Path, ByteBuffer> MAPPED = new java.util.HashMap<>();
+    private static final sun.misc.Unsafe UNSAFE = unsafe();
+
+    /** The one mapping of a file that every pass reads (made on first use). */
+    static ByteBuffer mapped(Path file) throws IOException {
+        ByteBuffer buf = MAPPED.get(file);
+        if (buf == null) {
+            buf = map(file);
+            MAPPED.put(file, buf);
+        }
+        return buf;
+    }
+
+    /** What unmaps a mapping at once ({@code invokeCleaner}), not when the collector finds it. */
+    private static sun.misc.Unsafe unsafe() {
+        try {
+            java.lang.reflect.Field f = sun.misc.Unsafe.class.getDeclaredField("theUnsafe");
+            f.setAccessible(true);
+            return (sun.misc.Unsafe) f.get(null);
+        } catch (ReflectiveOperationException e) {
+            throw new IllegalStateException(e);
+        }
     }
 
     /** The whole file, mapped read-only (a CommitLog file is at most 1 GiB by default, under 2 GiB by type). */
@@ -89,10 +124,14 @@ public final class PeerDecode {
     }
 
     /** One pass over every file, in the order given (the CommitLog's offset order). */
-    static Pass decodeAll(List<ByteBuffer> files) {
+    static Pass decodeAll(List<Path> files) throws IOException {
         Pass p = new Pass();
-        for (ByteBuffer file : files) {
-            decodeFile(file.duplicate(), p);
+        for (Path file : files) {
+            ByteBuffer buf = mapPerPass ? map(file) : mapped(file);
+            decodeFile(buf.duplicate(), p);
+            if (mapPerPass) {
+                UNSAFE.invokeCleaner(buf);
+            }
         }
         return p;
     }
