@@ -499,7 +499,8 @@ def ratios(fr: dict) -> dict:
     if "msglakeOverPeer" in last.get("javaPeer", {}):
         out["decodeOverJavaPeer"] = last["javaPeer"]["msglakeOverPeer"]
         out["decodeOverJavaPeerCheckingCrc"] = last["javaPeer"]["checkedCrc"]["msglakeOverPeer"]
-        out["decodeOverJavaPeerMappingPerPass"] = last["javaPeer"]["mappedPerPass"]["msglakeOverPeer"]
+        if "mappedPerPass" in last["javaPeer"]:  # not in results of runs before 2026-12-03
+            out["decodeOverJavaPeerMappingPerPass"] = last["javaPeer"]["mappedPerPass"]["msglakeOverPeer"]
     if "ingest" in first:
         spread = {n: s["ingest"]["usPerMessage"] / first["ingest"]["usPerMessage"] - 1 for n, s in sizes.items()}
         out.update(costSpread=spread, costSpreadLargest=spread[large], costSpreadWorst=max(spread.values(), key=abs))
@@ -555,11 +556,14 @@ def _peer_cell(s: dict) -> str:
     peer = s["javaPeer"]
     if "skipped" in peer:
         return f"skipped: {peer['skipped']}"
-    crc, fresh = peer["checkedCrc"], peer["mappedPerPass"]
-    return (f"{_n(peer['messagesPerS'])} msg/s, {peer['mbPerS']:,.1f} MB/s; msglake / Java "
+    crc, fresh = peer["checkedCrc"], peer.get("mappedPerPass")  # not in runs before 2026-12-03
+    cell = (f"{_n(peer['messagesPerS'])} msg/s, {peer['mbPerS']:,.1f} MB/s; msglake / Java "
             f"{peer['msglakeOverPeer']:.2f}x; Java checking BODYCRC as msglake does: {_n(crc['messagesPerS'])} "
-            f"msg/s, msglake / Java {crc['msglakeOverPeer']:.2f}x; Java mapping the files per pass as msglake "
-            f"does: {_n(fresh['messagesPerS'])} msg/s, msglake / Java {fresh['msglakeOverPeer']:.2f}x")
+            f"msg/s, msglake / Java {crc['msglakeOverPeer']:.2f}x")
+    if fresh:
+        cell += (f"; Java mapping the files per pass as msglake does: {_n(fresh['messagesPerS'])} msg/s, "
+                 f"msglake / Java {fresh['msglakeOverPeer']:.2f}x")
+    return cell
 
 
 def _smallest_table(fr: dict) -> list[str]:
