@@ -615,6 +615,10 @@ def _ratio_table(fr: dict) -> list[str]:
         both = r["decodeOverJavaPeerCheckingCrc"]
         out.append(f"| the same, both checking BODYCRC ({large}) | {both:.2f}x | >= {TARGET_PEER:.1f}x (issue 18) | "
                    f"{_verdict(both >= TARGET_PEER)} |")
+        fresh = r.get("decodeOverJavaPeerMappingPerPass")
+        if fresh is not None:
+            out.append(f"| the same, Java mapping the files per pass as msglake does ({large}) | {fresh:.2f}x | "
+                       f">= {TARGET_PEER:.1f}x (issue 18) | {_verdict(fresh >= TARGET_PEER)} |")
     if "decodeOverRawRead" in r:
         out.append(f"| decode MB/s / raw read MB/s ({large}) | {r['decodeOverRawRead']:.3f} | decoding keeps up with "
                    f"the disk (-> 1) | |")
