@@ -4,7 +4,9 @@
 
 The harness (benchmarks/java/, ``msglake.bench.PeerDecode``) maps each CommitLog file and decodes
 every record as the broker walks them, inner batches unwrapped into their messages; it prints its
-best timed pass after untimed ones that warm the JIT. suite.py and bench_decode.py call :func:`run`;
+best timed pass after untimed ones that warm the JIT. Its passes read one mapping made before them
+unless ``map_per_pass`` (``--map-per-pass``): each pass then maps the files and unmaps them after, as
+each of msglake's decode calls does. suite.py and bench_decode.py call :func:`run`;
 ``make bench`` runs this script first, which builds the harness with Maven once (a stamp file in
 benchmarks/java/target/, rebuilt when the pom or the Java source is newer) and checks it on the
 real broker files in tests/data. Without java, mvn or taskset the peer is skipped, said in one line.
