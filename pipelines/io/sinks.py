@@ -273,6 +273,9 @@ class DeltaSink:
         self.small_batch = small_batch
         #: Batches whose retries were decided without Spark (``_retries``).
         self.decided_in_driver = 0
+        #: Batches none of whose keys could repeat, so no Spark job decided their retries: those
+        #: the driver found (also counted above) and those a Spark aggregate found (``_retries``).
+        self.without_decision = 0
 
     def _append(self, df: DataFrame, table: str, batch_id: int, **options: str) -> bool:
         """Append the batch's rows to ``table`` (with the writer's ``options``); False when the batch
@@ -309,13 +312,14 @@ class DeltaSink:
         them are retries: its keys against themselves and the first copies stored from the batch's
         first store time minus the watermark on (none when the batch holds no message).
 
-        First the driver finds the keys that may repeat (``transforms.dedup.repeated``) from the
-        keys' hashes (``hashes``, collected by the first pass of a kept batch; None for a larger
-        one, which finds them by a Spark aggregate) and the kept first copies' hashes. With none
-        (the usual case) every key is a first copy, and no Spark job decides that (two jobs,
-        0.25-0.48 s of a streaming trigger's ~0.9 s batch): those rows are the batch's own kept
-        rows. Otherwise Spark decides, and the result is kept (a checkpoint; the retries are
-        observed as it is made).
+        First the keys that may repeat are found: by the driver (``transforms.dedup.repeated``)
+        from the keys' hashes (``hashes``, collected by the first pass of a kept batch) and the
+        kept first copies' hashes; for a larger batch (``hashes`` None) by a Spark aggregate
+        (``transforms.dedup.repeat_candidates``). With none (the usual case) every key is a first
+        copy, and no Spark job decides that (for a kept batch two jobs, 0.25-0.48 s of a streaming
+        trigger's ~0.9 s batch): those rows are the batch's own kept rows, or its kept keys.
+        Otherwise Spark decides, and the result is kept (a checkpoint; the retries are observed
+        as it is made).
 
         A batch of at most ``small_batch`` messages has its keys broadcast to cut the window down
         to the first copies it can repeat: the window holds every first copy of the last
@@ -340,6 +344,7 @@ class DeltaSink:
                 # most KEEP_BATCH_BYTES): the first-copy pieces hold that checkpoint until they
                 # are merged (MAX_PIECES batches), a few MiB each, instead of a narrow copy's job.
                 self.decided_in_driver += 1
+                self.without_decision += 1
                 return self.retry_rule.none(keys), 0
         earlier = self.firsts.earlier(spark, since) if since is not None else keys.limit(0)
         candidates = None
@@ -352,7 +357,12 @@ class DeltaSink:
                 candidates = spark.createDataFrame(pa.table({"keyHash": maybe}))
         else:
             candidates = repeat_candidates(keys, earlier).localCheckpoint(eager=True)
-            if candidates.count() > BROADCAST_REPEATS:
+            found = candidates.count()
+            if not found:
+                # As above, from Spark's aggregate: the rows are the batch's kept keys.
+                self.without_decision += 1
+                return self.retry_rule.none(keys), 0
+            if found > BROADCAST_REPEATS:
                 candidates = None
         from pyspark.sql import Observation
 
