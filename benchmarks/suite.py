@@ -241,14 +241,13 @@ def decode(fmt: str, data: Path, expected: int) -> dict:
 def peer_decode(data: Path, expected: int, ours: dict) -> dict:
     """RocketMQ's own decoder on the same files (:func:`java_peer.run`), with msglake's msg/s
     (``ours``, :func:`decode`) over the peer's; ``{"skipped": why}`` without the peer. The peer runs
-    as its decoder does by default (BODYCRC not checked) and, as ``checkedCrc``, checking BODYCRC
-    as msglake does by default (so doing the same work)."""
+    as its decoder does by default (BODYCRC not checked); as ``checkedCrc``, checking BODYCRC as
+    msglake does by default (so doing the same work); and as ``perPassRun``, mapping the files
+    per pass (``java_peer.harness``), as msglake's decode calls do."""
     peer = java_peer.run(data, expected)
     if "skipped" not in peer:
         crc = peer["checkedCrc"] = java_peer.run(data, expected, check_crc=True)
-        # msglake maps the files in every decode call; the peer's default passes all read one
-        # mapping made before them (no page faults). This run maps them per pass as msglake does.
-        fresh = peer["mappedPerPass"] = java_peer.run(data, expected, map_per_pass=True)
+        fresh = peer["perPassRun"] = java_peer.run(data, expected, map_per_pass=True)
         for r in (peer, crc, fresh):
             r["msglakeOverPeer"] = ours["messagesPerS"] / r["messagesPerS"]
         log(f"  RocketMQ MessageDecoder (Java): {peer['messagesPerS']:,.0f} msg/s, {crc['messagesPerS']:,.0f} "
@@ -499,8 +498,8 @@ def ratios(fr: dict) -> dict:
     if "msglakeOverPeer" in last.get("javaPeer", {}):
         out["decodeOverJavaPeer"] = last["javaPeer"]["msglakeOverPeer"]
         out["decodeOverJavaPeerCheckingCrc"] = last["javaPeer"]["checkedCrc"]["msglakeOverPeer"]
-        if "mappedPerPass" in last["javaPeer"]:  # not in results of runs before 2026-12-03
-            out["decodeOverJavaPeerMappingPerPass"] = last["javaPeer"]["mappedPerPass"]["msglakeOverPeer"]
+        if "perPassRun" in last["javaPeer"]:  # not in results of runs before 2026-12-03
+            out["decodeOverJavaPeerMappingPerPass"] = last["javaPeer"]["perPassRun"]["msglakeOverPeer"]
     if "ingest" in first:
         spread = {n: s["ingest"]["usPerMessage"] / first["ingest"]["usPerMessage"] - 1 for n, s in sizes.items()}
         out.update(costSpread=spread, costSpreadLargest=spread[large], costSpreadWorst=max(spread.values(), key=abs))
@@ -556,7 +555,7 @@ def _peer_cell(s: dict) -> str:
     peer = s["javaPeer"]
     if "skipped" in peer:
         return f"skipped: {peer['skipped']}"
-    crc, fresh = peer["checkedCrc"], peer.get("mappedPerPass")  # not in runs before 2026-12-03
+    crc, fresh = peer["checkedCrc"], peer.get("perPassRun")  # not in runs before 2026-12-03
     cell = (f"{_n(peer['messagesPerS'])} msg/s, {peer['mbPerS']:,.1f} MB/s; msglake / Java "
             f"{peer['msglakeOverPeer']:.2f}x; Java checking BODYCRC as msglake does: {_n(crc['messagesPerS'])} "
             f"msg/s, msglake / Java {crc['msglakeOverPeer']:.2f}x")
@@ -616,9 +615,9 @@ def _ratio_table(fr: dict) -> list[str]:
         out.append(f"| the same, both checking BODYCRC ({large}) | {both:.2f}x | >= {TARGET_PEER:.1f}x (issue 18) | "
                    f"{_verdict(both >= TARGET_PEER)} |")
         fresh = r.get("decodeOverJavaPeerMappingPerPass")
-        if fresh is not None:
+        if fresh is not None:  # beside the target, not judged by it: the target was set against the peer's default
             out.append(f"| the same, Java mapping the files per pass as msglake does ({large}) | {fresh:.2f}x | "
-                       f">= {TARGET_PEER:.1f}x (issue 18) | {_verdict(fresh >= TARGET_PEER)} |")
+                       f"(for comparison) | |")
     if "decodeOverRawRead" in r:
         out.append(f"| decode MB/s / raw read MB/s ({large}) | {r['decodeOverRawRead']:.3f} | decoding keeps up with "
                    f"the disk (-> 1) | |")

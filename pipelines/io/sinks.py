@@ -273,8 +273,8 @@ class DeltaSink:
         self.small_batch = small_batch
         #: Batches whose retries were decided without Spark (``_retries``).
         self.decided_in_driver = 0
-        #: Batches none of whose keys could repeat, so no Spark job decided their retries: those
-        #: the driver found (also counted above) and those a Spark aggregate found (``_retries``).
+        #: Batches whose retries no Spark job decided, as none of their keys could repeat: found by
+        #: the driver (also counted above) or by a Spark aggregate (``_retries``).
         self.without_decision = 0
 
     def _append(self, df: DataFrame, table: str, batch_id: int, **options: str) -> bool:
@@ -357,12 +357,12 @@ class DeltaSink:
                 candidates = spark.createDataFrame(pa.table({"keyHash": maybe}))
         else:
             candidates = repeat_candidates(keys, earlier).localCheckpoint(eager=True)
-            found = candidates.count()
-            if not found:
+            repeats = candidates.count()
+            if not repeats:
                 # As above, from Spark's aggregate: the rows are the batch's kept keys.
                 self.without_decision += 1
                 return self.retry_rule.none(keys), 0
-            if found > BROADCAST_REPEATS:
+            if repeats > BROADCAST_REPEATS:
                 candidates = None
         from pyspark.sql import Observation
 

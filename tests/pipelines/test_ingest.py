@@ -132,7 +132,7 @@ def test_small_trigger_budget_runs_several_bounded_batches_with_the_same_result(
 # A streaming trigger's small batch has its retries decided by a plan of its own (keys broadcast,
 # one task) and is kept whole by its first pass (its bytes known and few); a larger one is decided
 # by the general plan and decoded again for its write. A batch kept whole has its keys' hashes
-# collected by its first pass, and the driver finds the keys that may repeat; the general plan
+# collected by its first pass, and the driver finds the keys that may repeat; a batch not kept
 # finds them by a Spark aggregate (none: nothing to decide in Spark; some: the general plan decides
 # among them). All must mark the same rows. The first batch has no retry (its write joins
 # none), the others have some.
@@ -163,7 +163,7 @@ def test_retries_of_an_earlier_batch_of_the_same_run_are_marked_from_what_the_si
     # With its keys' hashes (kept whole), batch 0 repeats no key, so the driver knows it has
     # no retry; batch 1 repeats one of batch 0, batch 2 one of its own: both decided by Spark.
     assert sink.decided_in_driver == (1 if batch_bytes else 0)
-    # Batch 0 is not decided by Spark but where the small-batch plan decides it (its keys broadcast).
+    # Batch 0 is not decided by Spark, except where the small-batch plan decides it (its keys broadcast).
     assert sink.without_decision == (1 if batch_bytes or not small_batch else 0)
 
     got = table_keys(spark, paths["messages"])

@@ -1,6 +1,7 @@
 package msglake.bench;
 
 import java.io.IOException;
+import java.lang.reflect.Field;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.Path;
@@ -10,6 +11,7 @@ import java.util.List;
 import org.apache.rocketmq.common.message.MessageDecoder;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.sysflag.MessageSysFlag;
+import sun.misc.Unsafe;
 
 /**
  * RocketMQ's own {@link MessageDecoder} over CommitLog files: the peer that benchmarks/suite.py and
@@ -50,6 +52,10 @@ public final class PeerDecode {
     /** Whether each pass maps its files and unmaps them after ({@code --map-per-pass}), as each of
      * msglake's decode calls does, instead of all passes reading one mapping made before them. */
     private static boolean mapPerPass;
+    /** The files' mappings every pass reads, made before the first (none with {@code --map-per-pass}). */
+    private static final List<ByteBuffer> KEPT = new ArrayList<>();
+    /** What unmaps a mapping at once ({@code invokeCleaner}), not when the collector finds it. */
+    private static final Unsafe UNSAFE = unsafe();
 
     public static void main(String[] args) throws IOException {
         long work = 2_000_000;
@@ -68,6 +74,11 @@ public final class PeerDecode {
         if (files.isEmpty()) {
             throw new IllegalArgumentException(
                 "usage: PeerDecode [--messages N] [--check-crc] [--map-per-pass] FILE...");
+        }
+        if (!mapPerPass) {
+            for (Path file : files) {
+                KEPT.add(map(file));
+            }
         }
         Pass first = decodeAll(files);
         if (first.messages == 0) {
@@ -92,25 +103,11 @@ public final class PeerDecode {
             checkCrc, mapPerPass);
     }
 
-    private static final java.util.Map<Path, ByteBuffer> MAPPED = new java.util.HashMap<>();
-    private static final sun.misc.Unsafe UNSAFE = unsafe();
-
-    /** The one mapping of a file that every pass reads (made on first use). */
-    static ByteBuffer mapped(Path file) throws IOException {
-        ByteBuffer buf = MAPPED.get(file);
-        if (buf == null) {
-            buf = map(file);
-            MAPPED.put(file, buf);
-        }
-        return buf;
-    }
-
-    /** What unmaps a mapping at once ({@code invokeCleaner}), not when the collector finds it. */
-    private static sun.misc.Unsafe unsafe() {
+    private static Unsafe unsafe() {
         try {
-            java.lang.reflect.Field f = sun.misc.Unsafe.class.getDeclaredField("theUnsafe");
+            Field f = Unsafe.class.getDeclaredField("theUnsafe");
             f.setAccessible(true);
-            return (sun.misc.Unsafe) f.get(null);
+            return (Unsafe) f.get(null);
         } catch (ReflectiveOperationException e) {
             throw new IllegalStateException(e);
         }
@@ -126,8 +123,8 @@ public final class PeerDecode {
     /** One pass over every file, in the order given (the CommitLog's offset order). */
     static Pass decodeAll(List<Path> files) throws IOException {
         Pass p = new Pass();
-        for (Path file : files) {
-            ByteBuffer buf = mapPerPass ? map(file) : mapped(file);
+        for (int i = 0; i < files.size(); i++) {
+            ByteBuffer buf = mapPerPass ? map(files.get(i)) : KEPT.get(i);
             decodeFile(buf.duplicate(), p);
             if (mapPerPass) {
                 UNSAFE.invokeCleaner(buf);
