@@ -52,8 +52,16 @@ impl Record {
                  topic: (topic_at, pl_at), props: (pl_at + 2, pl_at + 2 + plen) }
     }
 
-    /// The messages of the record (one, or an inner batch's), or why it is bad.
-    fn check(&self, buf: &[u8], verify_crc: bool) -> Result<Minis, String> {
+    /// The record's own message (when it is no inner batch).
+    #[inline(always)]
+    fn own(&self, buf: &[u8]) -> Mini {
+        Mini { pos: self.p as i64, flag: be_i32(buf, self.p + 16), crc: be_i32(buf, self.p + 8), body: span(self.body),
+               props: span(self.props) }
+    }
+
+    /// The messages of an inner batch (None: the record is a message of its own, [`Self::own`]),
+    /// or why the record is bad.
+    fn check(&self, buf: &[u8], verify_crc: bool) -> Result<Option<Vec<Mini>>, String> {
         let born = be_i64(buf, self.p + 40);
         if !(MS_MIN..=MS_MAX).contains(&born) {
             return Err(format!("BORNTIMESTAMP {born} is not a time"));
@@ -70,39 +78,23 @@ impl Record {
             }
         }
         let messages = if self.sysflag & NEED_UNWRAP_FLAG == 0 {
-            let flag = be_i32(buf, self.p + 16);
-            Minis::One([Mini { pos: self.p as i64, flag, crc: stored, body: span(self.body), props: span(self.props) }])
+            None
         } else if self.sysflag & COMPRESSED_FLAG != 0 {
             return Err("compressed inner batch (batches are never compressed)".into());
         } else {
-            Minis::Batch(unwrap(buf, self.body.0 as i64, self.body.1 as i64)?)
+            Some(unwrap(buf, self.body.0 as i64, self.body.1 as i64)?)
         };
         if !utf8(&buf[self.topic.0..self.topic.1]) {
             return Err("TOPIC is not valid UTF-8".into());
         }
         // A record's own property string is checked as it is parsed (`Decoder::record`); an
         // inner batch's are all checked before any of its rows is made.
-        if let Minis::Batch(minis) = &messages {
+        if let Some(minis) = &messages {
             if minis.iter().any(|m| !utf8(&buf[m.props.0 as usize..m.props.1 as usize])) {
                 return Err(NOT_UTF8_PROPERTIES.into());
             }
         }
         Ok(messages)
-    }
-}
-
-/// The messages of a record: itself (no allocation, the usual case) or an inner batch's.
-enum Minis {
-    One([Mini; 1]),
-    Batch(Vec<Mini>),
-}
-
-impl Minis {
-    fn slice(&self) -> &[Mini] {
-        match self {
-            Minis::One(one) => one,
-            Minis::Batch(many) => many,
-        }
     }
 }
 
@@ -290,16 +282,25 @@ impl<'a> Decoder<'a> {
         let (buf, rules) = (*buf, *rules);
         match r.check(buf, *verify_crc) {
             Err(why) => out.reasons.push((i, why)),
-            Ok(messages) => {
-                let one = matches!(messages, Minis::One(_));
-                for (index, mini) in messages.slice().iter().enumerate() {
-                    let text = &buf[mini.props.0 as usize..mini.props.1 as usize];
+            // The usual record, a message of its own: its properties are checked as they are parsed.
+            // Its `Mini` is made here, not moved out of `check`'s result: moved, it was stored field
+            // by field and read back in wider loads, which waited on those stores every record
+            // (perf: the hottest instruction of a pass; `rmq_chunk` 6-7 % faster made here).
+            Ok(None) => {
+                let mini = r.own(buf);
+                let text = &buf[mini.props.0 as usize..mini.props.1 as usize];
+                let derived = &mut out.derived;
+                let ascii = kept.parse(text, names, |name| derived.name(rules, name));
+                if !ascii && !utf8(text) {
+                    out.reasons.push((i, NOT_UTF8_PROPERTIES.into()));
+                } else {
+                    out.push(buf, i, &r, 0, &mini, kept, rules);
+                }
+            }
+            Ok(Some(minis)) => {
+                for (index, mini) in minis.iter().enumerate() {
                     let derived = &mut out.derived;
-                    let ascii = kept.parse(text, names, |name| derived.name(rules, name));
-                    if one && !ascii && !utf8(text) {
-                        out.reasons.push((i, NOT_UTF8_PROPERTIES.into()));
-                        break;
-                    }
+                    kept.parse(&buf[mini.props.0 as usize..mini.props.1 as usize], names, |name| derived.name(rules, name));
                     out.push(buf, i, &r, index as i64, mini, kept, rules);
                 }
             }
