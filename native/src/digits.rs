@@ -3,22 +3,33 @@
 
 /// `v` in decimal, written at the end of `digits`: the slice that holds it.
 pub fn format_u64(v: u64, digits: &mut [u8; 20]) -> &[u8] {
-    let (mut n, mut at) = (v, digits.len());
+    let at = digits.len() - decimal_len(v);
+    write_u64(v, &mut digits[at..]);
+    &digits[at..]
+}
+
+/// How many decimal digits `v` has.
+#[inline(always)]
+fn decimal_len(v: u64) -> usize {
+    v.checked_ilog10().map_or(1, |l| l as usize + 1)
+}
+
+/// `v` in decimal into `out`, which is exactly [`decimal_len`] bytes long.
+#[inline(always)]
+fn write_u64(v: u64, out: &mut [u8]) {
+    let (mut n, mut at) = (v, out.len());
     // Two digits per division: ids are 19-20 digits long, and one is written per record.
     while n >= 100 {
         let pair = 2 * (n % 100) as usize;
         n /= 100;
         at -= 2;
-        digits[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        out[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
     }
     if n >= 10 {
-        at -= 2;
-        digits[at..at + 2].copy_from_slice(&PAIRS[2 * n as usize..2 * n as usize + 2]);
+        out[at - 2..at].copy_from_slice(&PAIRS[2 * n as usize..2 * n as usize + 2]);
     } else {
-        at -= 1;
-        digits[at] = b'0' + n as u8;
+        out[at - 1] = b'0' + n as u8;
     }
-    &digits[at..]
 }
 
 /// "00" "01" .. "99".
@@ -33,9 +44,13 @@ const PAIRS: [u8; 200] = {
     t
 };
 
-/// `v` in decimal, appended to `out`.
+/// `v` in decimal, appended to `out`. Written in place: digits written to a buffer of their own
+/// two at a time and then copied were read back in wider loads that waited on those small
+/// stores (an nsq message id of 4-7 digits: perf put 7 % of a pass on that copy).
 pub fn push_u64(out: &mut Vec<u8>, v: u64) {
-    crate::buffers::append(out, format_u64(v, &mut [0u8; 20]));
+    let at = out.len();
+    out.resize(at + decimal_len(v), 0);
+    write_u64(v, &mut out[at..]);
 }
 
 /// Whether `s` is a decimal number (ASCII digits only) that fits a uint64.
@@ -56,11 +71,14 @@ mod tests {
         push_u64(&mut out, 0);
         out.push(b' ');
         push_u64(&mut out, u64::MAX);
-        for v in [7, 10, 99, 100, 101, 12345] {
+        for v in [7, 10, 99, 100, 101, 12345, 9_999_999_999_999_999_999, 10_000_000_000_000_000_000] {
             out.push(b' ');
             push_u64(&mut out, v);
         }
-        assert_eq!(out, b"0 18446744073709551615 7 10 99 100 101 12345");
+        assert_eq!(out, b"0 18446744073709551615 7 10 99 100 101 12345 9999999999999999999 10000000000000000000");
+        for v in [0, 9, 10, 11, 99, 100, 999, 1000, 123_456_789, u64::MAX] {
+            assert_eq!(format_u64(v, &mut [0u8; 20]), v.to_string().as_bytes());
+        }
         for (s, ok) in [(&b"0"[..], true), (b"18446744073709551615", true), (b"18446744073709551616", false),
                         (b"000018446744073709551615", true), (b"", false), (b"12a", false), (b"-1", false)] {
             assert_eq!(is_u64(s), ok, "{}", String::from_utf8_lossy(s));

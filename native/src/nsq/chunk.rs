@@ -97,8 +97,8 @@ impl<'a> Pass<'a> {
         let r = &mut self.rows;
         r.headers.push(&self.row);
         let trace = be_u64(buf, (s + 18) as usize);
-        if trace != 0 {
-            // traceId: the header's, else the record's trace half when set.
+        if trace != 0 && r.headers.trace.last_is_null() {
+            // traceId: the header's, else the record's trace half when set (formatted only then).
             let mut digits = [0u8; 20];
             r.headers.trace.or_last(crate::digits::format_u64(trace, &mut digits));
         }

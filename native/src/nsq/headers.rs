@@ -59,6 +59,12 @@ impl Column {
         self.valid.push(v.is_some());
     }
 
+    /// Whether the last value is null (what [`Self::or_last`] fills).
+    #[inline(always)]
+    pub fn last_is_null(&self) -> bool {
+        self.valid.last() == Some(&false)
+    }
+
     /// `text` in place of the last value when that one is null (a coalesce, row by row).
     pub fn or_last(&mut self, text: &[u8]) {
         if let Some(false) = self.valid.last() {
