@@ -46,7 +46,8 @@ const PAIRS: [u8; 200] = {
 
 /// `v` in decimal, appended to `out`. Written in place: digits written to a buffer of their own
 /// two at a time and then copied were read back in wider loads that waited on those small
-/// stores (an nsq message id of 4-7 digits: perf put 7 % of a pass on that copy).
+/// stores (an nsq message id of 4-7 digits: perf put 7 % of a pass on that copy; in place,
+/// `nsq_chunk` is only about 1 % faster, as most of that wait moved to the reads after it).
 pub fn push_u64(out: &mut Vec<u8>, v: u64) {
     let at = out.len();
     out.resize(at + decimal_len(v), 0);
