@@ -17,10 +17,16 @@ use crate::hash::FnvBuild;
 const SLOTS: usize = 64;
 const LONG_SLOTS: usize = 16;
 
-/// A name's key in a table: equal keys, equal names; length 0 marks a free slot.
+/// A name's key in a table: equal keys, equal names; the default key (length 0, which no name
+/// has) marks a free slot.
 trait NameKey: Copy + Default + PartialEq {
-    fn is_free(&self) -> bool;
     fn hash(&self) -> u64;
+
+    /// Asked only once a probe missed (a new name, or a slot taken by another): a hit returns first.
+    #[inline(always)]
+    fn is_free(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// A short name: its length and words that cover all its bytes.
@@ -71,11 +77,6 @@ impl Key {
 
 impl NameKey for Key {
     #[inline(always)]
-    fn is_free(&self) -> bool {
-        self.len == 0
-    }
-
-    #[inline(always)]
     fn hash(&self) -> u64 {
         mix(self.w0 ^ self.w1.rotate_left(31) ^ self.len << 56)
     }
@@ -91,11 +92,6 @@ impl LongKey {
 }
 
 impl NameKey for LongKey {
-    #[inline(always)]
-    fn is_free(&self) -> bool {
-        self.len == 0
-    }
-
     #[inline(always)]
     fn hash(&self) -> u64 {
         let [a, b, c, d] = self.w;
