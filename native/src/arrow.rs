@@ -8,7 +8,7 @@
 use std::ffi::CString;
 use std::sync::{Arc, Mutex};
 
-use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
+use arrow_array::ffi::{from_ffi, FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_array::types::{ArrowPrimitiveType, TimestampMicrosecondType};
 use arrow_array::{new_null_array, Array, ArrayRef, BinaryArray, BooleanArray, ListArray, MapArray, PrimitiveArray,
                   StringArray, StructArray};
@@ -94,6 +94,23 @@ impl Layout {
         let ffi = unsafe { &*(capsule.pointer() as *const FFI_ArrowSchema) };
         let schema = Schema::try_from(ffi).map_err(|e| PyValueError::new_err(format!("not an Arrow schema: {e}")))?;
         Ok(Layout { fields: schema.fields().clone() })
+    }
+}
+
+/// Columns in: any object with `__arrow_c_array__` (a `pyarrow.RecordBatch`) as one struct
+/// array, its buffers read where pyarrow keeps them (released when the array drops).
+pub fn import(rows: &Bound<'_, PyAny>) -> PyResult<StructArray> {
+    let (schema, array): (Bound<'_, PyCapsule>, Bound<'_, PyCapsule>) = rows.call_method0("__arrow_c_array__")?.extract()?;
+    // SAFETY: the protocol's capsules hold an ArrowSchema and an ArrowArray; the array is moved
+    // out (its release callback becomes ours, the capsule's struct is left released), the
+    // schema only read while its capsule lives.
+    let data = unsafe {
+        let array = FFI_ArrowArray::from_raw(array.pointer() as *mut FFI_ArrowArray);
+        from_ffi(array, &*(schema.pointer() as *const FFI_ArrowSchema))
+    }.map_err(|e| PyValueError::new_err(format!("not an Arrow array: {e}")))?;
+    match data.data_type() {
+        DataType::Struct(_) => Ok(StructArray::from(data)),
+        other => Err(PyValueError::new_err(format!("expected a batch of columns, got {other}"))),
     }
 }
 

@@ -15,6 +15,7 @@ mod arrow;
 mod buffers;
 mod digits;
 mod hash;
+mod keys;
 mod names;
 mod nsq;
 mod read;
@@ -352,7 +353,37 @@ fn nsq_header_batch(c: nsq::headers::Columns) -> BatchBuilder {
 
 /// Bumped whenever a function's arguments or results change: `formats/native.py` uses the
 /// module only when it names the same version, so a stale build never meets newer codecs.
-const API_VERSION: u32 = 10;
+const API_VERSION: u32 = 11;
+
+/// Producer-retry keys of a batch's rows (`keys`): columns `dedupKey` (the SHA-256 hex string
+/// `transforms.dedup.dedup_key` makes in Spark) and `keyHash` (its `key_hash`), null where a row
+/// has no key. `rows`: a pyarrow batch with the source schema's key columns.
+#[pyfunction]
+fn dedup_keys<'py>(py: Python<'py>, rows: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Batch>> {
+    use arrow_array::{Array, BinaryArray, BooleanArray, Int32Array, StringArray};
+
+    let rows = arrow::import(rows)?;
+    fn column<'a, T: 'static>(rows: &'a arrow_array::StructArray, name: &str) -> PyResult<&'a T> {
+        rows.column_by_name(name).and_then(|c| c.as_any().downcast_ref::<T>()).ok_or_else(|| {
+            pyo3::exceptions::PyValueError::new_err(format!("dedup_keys: no column {name} of the source schema's type"))
+        })
+    }
+    let columns = keys::Columns {
+        topic: column::<StringArray>(&rows, "topic")?,
+        producer_unique_id: column::<StringArray>(&rows, "producerUniqueId")?,
+        unique_id: column::<StringArray>(&rows, "uniqueId")?,
+        delivery_count: column::<Int32Array>(&rows, "deliveryCount")?,
+        trace_id: column::<StringArray>(&rows, "traceId")?,
+        born_host: column::<StringArray>(&rows, "bornHost")?,
+        body: column::<BinaryArray>(&rows, "body")?,
+        system_copy: column::<BooleanArray>(&rows, "systemCopy")?,
+    };
+    let k = py.allow_threads(|| keys::keys(&columns));
+    let n = rows.len();
+    let mut c = BatchBuilder::new();
+    c.add("dedupKey", utf8(k.text, Some(&k.valid))).add("keyHash", optional::<Int64Type>(k.hash, &k.valid));
+    c.finish(py, n)
+}
 
 #[pymodule]
 fn msglake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -360,6 +391,7 @@ fn msglake_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Batch>()?;
     m.add_class::<Layout>()?;
     m.add_function(wrap_pyfunction!(gather, m)?)?;
+    m.add_function(wrap_pyfunction!(dedup_keys, m)?)?;
     m.add_function(wrap_pyfunction!(nsq_frame, m)?)?;
     m.add_function(wrap_pyfunction!(nsq_fields, m)?)?;
     m.add_function(wrap_pyfunction!(nsq_scan_headers, m)?)?;
