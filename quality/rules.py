@@ -54,6 +54,10 @@ class Rule:
     check: Callable[[RuleContext], Column]
     #: The column a report shows the rule against.
     column: str | None = None
+    #: Whether the rule reads only what every copy of a message shares by its retry key (topic,
+    #: source format): it then holds all copies of a key or none, and retry marking need not
+    #: find out which copies it holds before deciding (``pipelines.io.sinks``).
+    same_for_copies: bool = False
 
 
 def _priority(ctx: RuleContext) -> Column:
@@ -133,7 +137,7 @@ RULES: dict[str, Rule] = {
         Rule("malformed_id", "warn", "messageId / UNIQ_KEY not in the broker's format (length, hex digits)",
              _ids, "messageId"),
         Rule("topic_name", "quarantine", "topic name with characters or a length the broker does not allow",
-             _topic, "topic"),
+             _topic, "topic", same_for_copies=True),
     )
 }
 

@@ -21,9 +21,11 @@ table at all (idempotent writes).
 """
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 
 import numpy as np
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Window, functions as F
 
 RETRY_LOCATION = ("partition", "segment", "segmentPosition")
@@ -72,22 +74,64 @@ def _copies(keys: DataFrame, earlier: DataFrame) -> DataFrame:
             .unionByName(earlier.select(*KEY_COLUMNS).withColumn(_IN_BATCH, F.lit(False))))
 
 
+#: Hex digits of a ``dedupKey`` its :func:`key_hash` is read from: 60 bits, an int64 either way.
+HASH_DIGITS = 15
+
+
 def key_hash(key: Column | None = None) -> Column:
-    """A 64-bit hash of ``dedupKey`` (or of ``key``, a :func:`dedup_key`): two keys that differ
-    may share it, equal keys always do. What candidates for a retry are found by, here and in
-    the first copies a sink keeps (``pipelines.io.first_copies``)."""
-    return F.xxhash64(F.col("dedupKey") if key is None else key)
+    """A 60-bit hash of ``dedupKey`` (or of ``key``, a :func:`dedup_key`): its first
+    :data:`HASH_DIGITS` hex digits as a number. Two keys that differ may share it, equal keys
+    always do. What candidates for a retry are found by, here, in the driver (:func:`arrow_keys`)
+    and in the first copies a sink keeps (``pipelines.io.first_copies``): a prefix of the key,
+    so the driver reads it off the key it made, with no hash function of Spark's to reproduce."""
+    return F.conv(F.substring(F.col("dedupKey") if key is None else key, 1, HASH_DIGITS), 16, 10).cast("bigint")
+
+
+#: The columns of a source row its key is made of (:func:`dedup_key`).
+KEY_PARTS = ("topic", "producerUniqueId", "uniqueId", "deliveryCount", "traceId", "bornHost", "body", "systemCopy")
+#: What :func:`arrow_keys` gives.
+ARROW_KEYS = pa.schema([("dedupKey", pa.string()), ("keyHash", pa.int64())])
+
+
+def arrow_keys(rows: pa.RecordBatch, native: bool | None = None) -> pa.RecordBatch:
+    """:func:`dedup_key` and :func:`key_hash` of every row of ``rows`` (a pyarrow batch with the
+    :data:`KEY_PARTS` columns of the source schema), made in the driver: the ingest sink decides a
+    micro-batch's retries from them before Spark writes it, instead of a Spark pass over the batch.
+
+    The native core makes them (``native/src/keys.rs``); this function's own loop is the reference
+    (``native=False``, or the core missing), tested equal to the core and to Spark's expressions.
+    """
+    from msglake.formats.native import core
+
+    rows = rows.select(list(KEY_PARTS))
+    native_core = core(native)
+    if native_core is not None:
+        return pa.record_batch(native_core.dedup_keys(rows)).cast(ARROW_KEYS)
+    keys = [_key(*values) for values in zip(*(rows.column(n).to_pylist() for n in KEY_PARTS))]
+    hashes = [None if k is None else int(k[:HASH_DIGITS], 16) for k in keys]
+    return pa.record_batch([pa.array(keys, pa.string()), pa.array(hashes, pa.int64())], schema=ARROW_KEYS)
+
+
+def _key(topic, producer_unique_id, unique_id, delivery_count, trace_id, born_host, body, system_copy) -> str | None:
+    """One row's :func:`dedup_key`: ``concat_ws("|", ...)`` of its parts (a null part left out), hashed."""
+    own = producer_unique_id if producer_unique_id is not None else unique_id
+    if system_copy:
+        return None
+    if own is not None:
+        parts = ["u", topic, own, None if delivery_count is None else str(delivery_count)]
+    elif trace_id is not None:
+        parts = ["t", topic, trace_id, born_host or "", None if body is None else hashlib.sha256(body).hexdigest()]
+    else:
+        return None
+    return hashlib.sha256("|".join(p for p in parts if p is not None).encode()).hexdigest()
 
 
 def repeated(hashes: np.ndarray, earlier: Iterable[np.ndarray] = ()) -> np.ndarray:
     """The :func:`key_hash` values among ``hashes`` (a batch's keys') that occur more than once
     in it or in one of ``earlier`` (sorted arrays: the hashes of the first copies before the
     batch): only keys with those hashes can have a retry, usually a small part of a batch, often
-    none. A superset of the repeated keys, as two keys may share a hash.
-
-    Found in the driver from the hashes a small batch's first pass collects, with no Spark job;
-    :func:`repeat_candidates` finds the same by a Spark aggregate, for a batch too large to
-    collect them."""
+    none. A superset of the repeated keys, as two keys may share a hash. Found in the driver from
+    the hashes :func:`arrow_keys` made, with no Spark job."""
     hashes = np.asarray(hashes, dtype=np.int64)
     distinct, counts = np.unique(hashes, return_counts=True)
     found = [distinct[counts > 1]]
@@ -96,17 +140,6 @@ def repeated(hashes: np.ndarray, earlier: Iterable[np.ndarray] = ()) -> np.ndarr
             at = np.minimum(np.searchsorted(known, distinct), len(known) - 1)
             found.append(distinct[known[at] == distinct])
     return np.unique(np.concatenate(found))
-
-
-def repeat_candidates(keys: DataFrame, earlier: DataFrame) -> DataFrame:
-    """``keyHash`` of the keys that may occur more than once among ``keys`` and ``earlier``
-    (parameters: :meth:`RetryRule.decide`), as :func:`repeated` finds them, by a Spark aggregate.
-
-    Grouped by the 64-bit hash, not by the key with the first copy's location: that aggregate
-    (a minimum over a struct) runs as a sort, this one as a hash aggregate (1.07M keys, local[2]:
-    a sort 2.9-3.4 s, this 1.4-1.8 s)."""
-    return (_copies(keys, earlier).groupBy(key_hash().alias("keyHash")).count()
-            .where(F.col("count") > 1).select("keyHash"))
 
 
 class RetryRule:
@@ -148,15 +181,13 @@ class RetryRule:
         self._located = [*[F.col(c) for c in RETRY_LOCATION], first]
         self._retry, self._first_copy = F.col("retryOf").isNotNull(), F.col("retryOf").isNull()
         self._retries = [*[F.col(c) for c in RETRY_LOCATION], F.col("retryOf")]
-        self._key_hash = key_hash()
-        self._no_retry = F.when(F.lit(False), F.struct(*[F.col(c) for c in RETRY_LOCATION])).alias("retryOf")
 
     def _with_first(self, copies: DataFrame) -> DataFrame:
         """The batch's rows of ``copies`` (:func:`_copies`) with their first copy, ``first``."""
         return (copies.withColumn("_stored", self._stored).withColumn("_near", self._near)
                 .withColumn("first", self._first).where(self._mine))
 
-    def decide(self, keys: DataFrame, earlier: DataFrame, candidates: DataFrame | None = None) -> DataFrame:
+    def decide(self, keys: DataFrame, earlier: DataFrame) -> DataFrame:
         """``keys`` (:func:`retry_keys` of a batch) with ``retryOf``: the location of the first
         copy for a retry, null for a first copy. One plan gives a caller both the batch's retries
         and its first copies.
@@ -164,37 +195,18 @@ class RetryRule:
         Parameters
         ----------
         keys : DataFrame
-            The batch's rows with a key (:data:`KEY_COLUMNS`).
+            The batch's rows with a key (:data:`KEY_COLUMNS`); the ingest sink gives only those
+            whose key may repeat (:func:`repeated`), usually a few.
         earlier : DataFrame
             First copies already in the table (:data:`KEY_COLUMNS`), for keys that may repeat in
             the batch: those stored from the batch's first store time minus the watermark on,
             later ones included (a copy stored before one of those is its retry). They stay first
             copies.
-        candidates : DataFrame, optional
-            ``keyHash``: the :func:`repeated` (or :func:`repeat_candidates`) hashes of the same
-            keys and copies, small enough to broadcast (the caller knows its size): the first
-            copies are then found for those keys only and broadcast, so the batch's keys are not
-            shuffled again. Without it, for every key.
         """
-        if candidates is None:
-            # Each key's first copy by a window over the copies, not an aggregate joined back:
-            # one partitioning of the copies, which inputs already in one partition each (a small
-            # batch's, coalesced) keep without any shuffle; the join's two sides were shuffled
-            # even then, as the batch's keys have no size estimate (4 Spark jobs -> 2 for a
-            # streaming trigger's batch).
-            return self._with_first(_copies(keys, earlier)).select(*self._decided)
-        copies = _copies(keys, earlier).join(F.broadcast(candidates), self._key_hash == candidates["keyHash"],
-                                             "left_semi")
-        # Broadcast back to the keys by their location, so the keys are not shuffled again.
-        firsts = F.broadcast(self._with_first(copies).select(*self._located))
-        # A key without a first copy here is not a candidate: it occurs once, so it is its own first.
-        return keys.join(firsts, on=list(RETRY_LOCATION), how="left").select(*self._decided)
-
-    def none(self, keys: DataFrame) -> DataFrame:
-        """``keys`` decided as :meth:`decide` decides keys that occur once among the copies: each
-        is its own first copy, ``retryOf`` null. For a caller that knows that of every key (by
-        :func:`key_hash`: no hash repeats among the batch's keys and the first copies before)."""
-        return keys.select(*self._keys, self._no_retry)
+        # Each key's first copy by a window over the copies, not an aggregate joined back: one
+        # partitioning of the copies, which inputs already in one partition each (a small set of
+        # keys, coalesced) keep without any shuffle.
+        return self._with_first(_copies(keys, earlier)).select(*self._decided)
 
     def retries(self, decided: DataFrame) -> DataFrame:
         """The retries of :meth:`decide`'s rows, as :func:`mark_retries` takes them."""

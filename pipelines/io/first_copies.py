@@ -1,16 +1,18 @@
-"""The first copies of ``messages`` a producer retry could repeat, kept between micro-batches.
+"""Which first copies ``messages`` holds near a micro-batch, kept between micro-batches as their
+key hashes, so that retry marking reads the table only for keys a batch may repeat.
 
 Retry marking (``transforms.dedup.RetryRule``) needs the first copies stored from a batch's first
 store time minus the watermark on, later ones included (a copy stored before one of those is its
-retry). Reading them from the table costs each batch a Delta snapshot, its file filtering and a
-scan (about 0.6 s of a small micro-batch here). The ingest sink is usually the table's only
-writer, so it keeps what it needs instead: the window it read once, plus the first copies each
-of its batches wrote, as checkpointed pieces.
+retry), but only of the keys the batch may repeat: usually none. The sink keeps the
+``transforms.dedup.key_hash`` of every first copy its batches wrote (8 bytes each, in the
+driver), as pieces, and finds a batch's candidates among them (``transforms.dedup.repeated``)
+with no Spark job; only when some hash repeats does it read those keys' first copies from the
+table (:meth:`FirstCopies.rows`).
 
-They stand for the table only while the table has no commit but the sink's own (its log's
-newest version is the one the sink's last write made) and the batch's window starts where
-they are complete; otherwise the batch reads the table, as before, and the pieces start again
-from what it read.
+The pieces stand for the table only while the table has no commit but the sink's own (its log's
+newest version is the one the sink's last write made) and the batch's window starts where they
+are complete; otherwise the batch reads the hashes of the window from the table, and the pieces
+start again from what it read.
 
 A run's pieces are also left for the next run of the same query (:meth:`FirstCopies.save`, in
 the checkpoint's ``first-copies`` folder): a scheduled run then starts from them instead of
@@ -19,8 +21,8 @@ measured with 1,000 queues). The next run takes them only when they still stand 
 its newest version is the one they were saved at (any commit since, by anyone, moves it), that
 commit is still the one the sink made (its ``userMetadata``, ``"<app id>:<batch id>"``, the app
 id holding the checkpoint's query id: a table made again from scratch has other commits), the
-watermark is the same, and the rows read back are all there. Otherwise the run reads the table,
-as before.
+watermark is the same, and the hashes read back are all there. Otherwise the run reads the
+table, as before.
 """
 from __future__ import annotations
 
@@ -29,39 +31,46 @@ import json
 import os
 import shutil
 import uuid
-from functools import reduce
 from typing import NamedTuple
 
 import numpy as np
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession, functions as F
 
 from msglake.pipelines.io.once import commit_metadata, log_version, marked_batch
-from msglake.transforms.dedup import RETRY_LOCATION, key_hash
+from msglake.transforms.dedup import KEY_COLUMNS, key_hash
 
-#: What ``transforms.dedup.retry_keys`` keeps of a row.
-COLUMNS = ("dedupKey", "storeTimestamp", *RETRY_LOCATION)
-#: More pieces than this are merged into one (a union of many plans costs planning time).
+#: More pieces than this are merged into one (each is searched for every batch's hashes).
 MAX_PIECES = 8
 #: The folder of a checkpoint that keeps the pieces between runs, its description file, and the
 #: version of that file's layout (an index of another layout is not read).
 INDEX = "first-copies"
 _META = "index.json"
-_LAYOUT = 1
+_LAYOUT = 2
 
 
 class Piece(NamedTuple):
-    """Kept first copies, each stored from ``oldest`` to ``newest``."""
+    """The sorted ``transforms.dedup.key_hash`` values of first copies stored from ``oldest`` to
+    ``newest`` (more is harmless: an extra hash only makes a repeat look possible), and the
+    store time of each (microseconds since the epoch), by which a merge drops the old ones."""
 
     oldest: dt.datetime
     newest: dt.datetime
-    rows: DataFrame
-    #: The ``transforms.dedup.key_hash`` of every row (more is harmless), sorted; None until
-    #: :meth:`FirstCopies.hashes` needs them (a Spark job over the rows, once per piece).
-    hashes: np.ndarray | None = None
+    hashes: np.ndarray
+    times: np.ndarray
 
 
-def _sorted(hashes) -> np.ndarray:
-    return np.sort(np.asarray(hashes, dtype=np.int64))
+def _piece(oldest: dt.datetime, newest: dt.datetime, hashes, times) -> Piece:
+    hashes, times = np.asarray(hashes, dtype=np.int64), np.asarray(times, dtype=np.int64)
+    order = np.argsort(hashes, kind="stable")
+    return Piece(oldest, newest, hashes[order], times[order])
+
+
+def _micros(t: dt.datetime) -> int:
+    return (_utc(t) - EPOCH) // dt.timedelta(microseconds=1)
+
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
 def _utc(t: dt.datetime) -> dt.datetime:
@@ -85,17 +94,19 @@ class FirstCopies:
         self.low: dt.datetime | None = None
         #: The table's version the pieces stand for (None: they stand for nothing).
         self.version: int | None = None
-        #: Batches that read the table (the others used the pieces).
+        #: Batches that read the table's hashes (the others used the pieces).
         self.reads = 0
         #: What went wrong with the saved index, for the run's summary (the run goes on without it).
         self.notes: list[str] = []
 
-    def earlier(self, spark: SparkSession, since: dt.datetime) -> DataFrame:
-        """First copies stored from ``since`` minus the watermark on (a batch's first store time)."""
+    def hashes(self, spark: SparkSession, since: dt.datetime) -> list[np.ndarray]:
+        """The sorted hashes of the first copies stored from ``since`` (a batch's first store
+        time) minus the watermark on, a piece each (more: a piece is not cut to the window), for
+        ``transforms.dedup.repeated``; read from the table when the pieces do not stand for it."""
         start = _utc(since) - self.watermark
         if not self._tried_index:
             self._tried_index = True
-            self._load(spark)
+            self._load()
         usable = self.version is not None and self.version == log_version(self.path) and start >= self.low
         if not usable:
             # The version before the read: a commit that lands during the read makes the next
@@ -103,78 +114,62 @@ class FirstCopies:
             version = log_version(self.path)
             self.version = None
             self.reads += 1
-            read = (spark.read.format("delta").load(self.path)
-                    .where(F.col("storeTimestamp") >= F.lit(start))
-                    .where(F.col("dedupKey").isNotNull() & F.col("retryOf").isNull())
-                    .select(*COLUMNS).localCheckpoint(eager=True))
-            newest = read.agg(F.max("storeTimestamp")).first()[0]
-            newest = start if newest is None else _utc(newest)
-            self.pieces, self.low, self.version = [Piece(start, newest, read)], start, version
-        return self._rows(start)
-
-    def hashes(self, spark: SparkSession, since: dt.datetime) -> list[np.ndarray]:
-        """The sorted ``transforms.dedup.key_hash`` values of the first copies :meth:`earlier`
-        gives for ``since``, a piece each (more: a piece is not cut to the window, and an older
-        row only makes a repeat look possible), for ``transforms.dedup.repeated``. A piece whose
-        hashes are not known yet (read from the table or the saved index, or written by a batch
-        that did not give them) is hashed by a Spark job, once."""
-        self.earlier(spark, since)  # the pieces stand for the table from here on
-        for i, p in enumerate(self.pieces):
-            if p.hashes is None:
-                column = p.rows.select(key_hash().alias("h")).toArrow().column("h")
-                self.pieces[i] = p._replace(hashes=_sorted(column.to_numpy(zero_copy_only=False)))
+            read = self._window(spark, start).select(key_hash().alias("h"), "storeTimestamp").toArrow()
+            times = read.column("storeTimestamp").cast(pa.timestamp("us", "UTC")).cast(pa.int64())
+            times = times.to_numpy(zero_copy_only=False)
+            newest = start if not len(times) else EPOCH + dt.timedelta(microseconds=int(times.max()))
+            piece = _piece(start, newest, read.column("h").to_numpy(zero_copy_only=False), times)
+            self.pieces, self.low, self.version = [piece], start, version
         return [p.hashes for p in self.pieces]
 
-    def _rows(self, start: dt.datetime) -> DataFrame:
-        """The pieces' rows stored from ``start`` on. Only a piece that holds older rows is
-        filtered: a filter's time is written into the code Spark generates for it, so each
-        filtered piece costs every batch two compilations (about 7 ms each here), where an
-        unfiltered one reuses its code."""
-        return reduce(DataFrame.unionByName, [
-            p.rows if p.oldest >= start else p.rows.where(F.col("storeTimestamp") >= F.lit(start))
-            for p in self.pieces])
+    def _window(self, spark: SparkSession, start: dt.datetime) -> DataFrame:
+        return (spark.read.format("delta").load(self.path)
+                .where(F.col("storeTimestamp") >= F.lit(start))
+                .where(F.col("dedupKey").isNotNull() & F.col("retryOf").isNull()))
 
-    def _complete(self) -> DataFrame:
-        """The rows of the pieces from ``low`` on: those that every first copy since is among."""
-        return self._rows(self.low)
+    def rows(self, spark: SparkSession, since: dt.datetime, hashes: np.ndarray) -> DataFrame:
+        """The first copies in the table stored from ``since`` minus the watermark on whose key
+        hash is among ``hashes`` (``transforms.dedup.KEY_COLUMNS``), for ``RetryRule.decide``.
+        Read from the table itself: it holds them, the pieces only their hashes."""
+        wanted = spark.createDataFrame(pa.table({"keyHash": pa.array(np.unique(hashes), pa.int64())}))
+        window = self._window(spark, _utc(since) - self.watermark)
+        return (window.join(F.broadcast(wanted), key_hash() == wanted["keyHash"], "left_semi")
+                .select(*KEY_COLUMNS))
 
-    def wrote(self, firsts: DataFrame, since: dt.datetime, newest: dt.datetime, before: int | None,
-              after: int | None, hashes: np.ndarray | None = None) -> None:
-        """Take a batch's first copies in, once its write made the table go from version ``before``
-        to ``after``: the pieces stand for ``after`` only when no other commit came in between.
-        ``hashes``: the ``key_hash`` of every key of the batch (its first copies among them), when
-        known.
-
-        ``firsts`` must be kept rows (a checkpoint, or a filter over one), not a plan with a join:
-        every later batch that reads the pieces would plan it again (its small side broadcast: a
-        Spark job)."""
+    def wrote(self, since: dt.datetime | None, newest: dt.datetime | None, before: int | None, after: int | None,
+              hashes: np.ndarray, times: np.ndarray) -> None:
+        """Take a batch's first copies in (``hashes``: the ``key_hash`` of its keys, the first
+        copies among them, stored at ``times``, microseconds since the epoch, from ``since`` to
+        ``newest``; None: it has no key), once its write made the table go from version
+        ``before`` to ``after``: the pieces stand for ``after`` only when no other commit came
+        in between."""
         if before is None or before != self.version or after != before + 1:
             self.pieces, self.version = [], None
             return
-        self.version = None  # until the pieces are whole again (save() must not take half of them)
+        if since is None:
+            self.version = after
+            return
         start, newest = _utc(since) - self.watermark, _utc(newest)
         kept = [p for p in self.pieces if p.newest >= start]
         dropped = [p.newest for p in self.pieces if p.newest < start]
         if dropped:  # what they held is older than what is left complete
             self.low = max(self.low, max(dropped) + dt.timedelta(microseconds=1))
-        self.pieces = kept + [Piece(_utc(since), newest, firsts, None if hashes is None else _sorted(hashes))]
+        self.pieces = kept + [_piece(_utc(since), newest, hashes, times)]
         if len(self.pieces) > MAX_PIECES:
-            # Rows before this batch's window go too: a later batch that needs them reads the table.
+            # Merged, without the first copies stored before this batch's window: a later batch
+            # that needs them reads the table.
             self.low = max(self.low, start)
-            # In a few partitions: a union keeps every partition of its parts, so a long stream's
-            # merged piece grew by the partitions of every piece merged into it (a task each).
-            parallelism = firsts.sparkSession.sparkContext.defaultParallelism
-            merged = self._complete().coalesce(parallelism).localCheckpoint(eager=True)
-            known = [p.hashes for p in self.pieces]
-            hashes = None if any(h is None for h in known) else _sorted(np.concatenate(known))
-            self.pieces = [Piece(self.low, max(p.newest for p in self.pieces), merged, hashes)]
+            times = np.concatenate([p.times for p in self.pieces])
+            young = times >= _micros(start)
+            self.pieces = [_piece(self.low, max(p.newest for p in self.pieces),
+                                  np.concatenate([p.hashes for p in self.pieces])[young], times[young])]
         self.version = after
 
     def save(self, spark: SparkSession) -> bool:
         """Leave the pieces for the next run, once the query has stopped: True when they were kept
         (a failure to write them is noted in ``notes``).
 
-        Kept only when they stand for the table's newest version, a commit of this sink; the rows
+        Kept only when they stand for the table's newest version, a commit of this sink; the hashes
         are written first and the description that names them last, so a crash in between leaves
         the earlier index, which that newer commit makes stale, or none."""
         version = self.version
@@ -183,30 +178,31 @@ class FirstCopies:
         made = commit_metadata(self.path, version)
         if marked_batch(made, self.app_id) is None:
             return False
-        name = f"rows-{version}-{uuid.uuid4().hex[:8]}"
-        rows = os.path.join(self.index, name)
+        name = f"hashes-{version}-{uuid.uuid4().hex[:8]}.npy"
+        # One array: each first copy's hash and store time.
+        kept = np.stack([np.concatenate([p.hashes for p in self.pieces]), np.concatenate([p.times for p in self.pieces])])
         try:
             os.makedirs(self.index, exist_ok=True)
-            kept = self._complete()
-            kept.write.parquet(rows)
-            meta = {"layout": _LAYOUT, "rows": name, "count": kept.count(), "version": version, "commit": made,
+            with open(os.path.join(self.index, name), "wb") as f:
+                np.save(f, kept, allow_pickle=False)
+            meta = {"layout": _LAYOUT, "hashes": name, "count": kept.shape[1], "version": version, "commit": made,
                     "watermarkSeconds": int(self.watermark.total_seconds()), "low": self.low.isoformat(),
                     "newest": max(p.newest for p in self.pieces).isoformat()}
             tmp = os.path.join(self.index, f".{_META}.{uuid.uuid4().hex[:8]}")
             with open(tmp, "w") as f:
                 json.dump(meta, f)
             os.replace(tmp, os.path.join(self.index, _META))
-        except Exception as e:  # noqa: BLE001 -- the run's data is committed; only the shortcut is lost
-            shutil.rmtree(rows, ignore_errors=True)
+        except OSError as e:  # the run's data is committed; only the shortcut is lost
+            _remove(os.path.join(self.index, name))
             self.notes.append(f"the first copies kept for retry marking were not saved for the next run "
                               f"({_first_line(e)}); it will read them from the table")
             return False
-        for old in os.listdir(self.index):  # the rows of earlier runs, and of saves cut short
-            if old.startswith("rows-") and old != name:
-                shutil.rmtree(os.path.join(self.index, old), ignore_errors=True)
+        for old in os.listdir(self.index):  # the hashes of earlier runs, and of saves cut short
+            if old.startswith(("hashes-", "rows-")) and old != name:
+                _remove(os.path.join(self.index, old))
         return True
 
-    def _load(self, spark: SparkSession) -> None:
+    def _load(self) -> None:
         """Start from the pieces the last run left, when they still stand for the table (see the
         module's docstring); anything else, an index unreadable or cut short included, leaves
         the pieces empty, and the first batch reads the table."""
@@ -215,25 +211,34 @@ class FirstCopies:
         try:
             with open(os.path.join(self.index, _META)) as f:
                 meta = json.load(f)
-            version, rows, count = int(meta["version"]), os.path.join(self.index, meta["rows"]), int(meta["count"])
+            version, hashes, count = int(meta["version"]), os.path.join(self.index, meta["hashes"]), int(meta["count"])
             low, newest = dt.datetime.fromisoformat(meta["low"]), dt.datetime.fromisoformat(meta["newest"])
             fits = (meta["layout"] == _LAYOUT and meta["watermarkSeconds"] == int(self.watermark.total_seconds())
-                    and marked_batch(meta["commit"], self.app_id) is not None and os.path.isdir(rows))
+                    and marked_batch(meta["commit"], self.app_id) is not None and os.path.isfile(hashes))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return
         if not fits or version != log_version(self.path) or commit_metadata(self.path, version) != meta["commit"]:
             return
         try:
-            kept = spark.read.parquet(rows).select(*COLUMNS).localCheckpoint(eager=True)
-            whole = kept.count() == count
-        except Exception as e:  # noqa: BLE001 -- a damaged index: the table has the same rows
+            kept = np.load(hashes, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as e:  # a damaged index: the table has the same rows
             self.notes.append(f"the first copies saved in {self.index} did not read back ({_first_line(e)}); "
                               "they were read from the table")
             return
-        if whole:
-            self.pieces, self.low, self.version = [Piece(low, newest, kept)], low, version
+        if kept.dtype == np.int64 and kept.ndim == 2 and kept.shape == (2, count):
+            self.pieces, self.low, self.version = [_piece(low, newest, kept[0], kept[1])], low, version
         else:
             self.notes.append(f"the first copies saved in {self.index} are incomplete; they were read from the table")
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
 
 
 def _first_line(e: Exception) -> str:

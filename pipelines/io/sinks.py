@@ -6,13 +6,16 @@ skipped, table by table, so no row is ever written twice.
 """
 from __future__ import annotations
 
+import datetime as dt
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, functions as F
 
 from msglake.errors import QualityRuleFailed
@@ -23,8 +26,7 @@ from msglake.schemas import MESSAGES_TABLE, QUARANTINE_TABLE
 from msglake.schemas.messages import DECODED_SCHEMA, DEDUP, DERIVED
 from msglake.schemas.quarantine import QUARANTINE_DETAIL, QUARANTINE_LOCATION
 from msglake.schemas.spark import to_spark
-from msglake.transforms.dedup import (RetryRule, dedup_key, key_hash, mark_retries, repeat_candidates, repeated,
-                                      retry_keys)
+from msglake.transforms.dedup import KEY_COLUMNS, RETRY_LOCATION, RetryRule, arrow_keys, dedup_key, mark_retries, repeated
 
 
 @dataclass
@@ -68,29 +70,20 @@ class RunCounts:
         return out
 
 
-#: Retry marking for a batch of at most this many messages broadcasts its keys (about 100 bytes
-#: each), and for one of at most ``ONE_TASK_BATCH`` decides in one task (``DeltaSink._retries``).
-SMALL_BATCH = 200_000
+#: Retry marking decides the keys that may repeat in one task (no shuffle) when they are at most this
+#: many (a streaming trigger's usual load).
 ONE_TASK_BATCH = 20_000
-#: A batch of at most this many segment bytes (a streaming trigger's usual load) is kept whole by
-#: its first pass, and written from those rows: decoding it again would cost the write a Python
-#: task, about 0.1 s however small the batch; a larger one is decoded again (see ``__call__``).
-KEEP_BATCH_BYTES = 4 << 20
-#: A larger batch has the first copies of its repeated keys broadcast when its keys that may
-#: repeat (``transforms.dedup.repeat_candidates``, or ``repeated`` for a kept batch) are no more
-#: than this many (each first copy about 150 bytes in the driver); otherwise its keys are
-#: shuffled to their first copies.
-BROADCAST_REPEATS = 200_000
-#: A batch counted before its write (retry marking on, the default) whose messages come to fewer
-#: segment bytes than this per table partition it touches, and to at most ``KEEP_BATCH_BYTES`` in
-#: all (so that no large file of an uneven batch goes uncompressed), writes its messages
-#: uncompressed: a trigger spread over many topics writes a row or a few per file, and Snappy's
-#: set-up for each column of each file costs more than such a file's rows. An append of 1,000
-#: files of one row each (500 topics x 2 partitions, one task, warm, the two ways alternated in
-#: one session) took 1.45-1.52 s with Snappy and 1.17-1.23 s without, while such a file is mostly
-#: its footer either way. ``msglake optimize`` rewrites them with Snappy: it Z-orders ``messages``,
-#: which rewrites every file, even one alone in its partition.
+#: A batch whose messages come to fewer segment bytes than this per table partition it touches,
+#: and to at most ``TINY_BATCH_BYTES`` in all (so that no large file of an uneven batch goes
+#: uncompressed), writes its messages uncompressed: a trigger spread over many topics writes a
+#: row or a few per file, and Snappy's set-up for each column of each file costs more than such
+#: a file's rows. An append of 1,000 files of one row each (500 topics x 2 partitions, one task,
+#: warm, the two ways alternated in one session) took 1.45-1.52 s with Snappy and 1.17-1.23 s
+#: without, while such a file is mostly its footer either way. ``msglake optimize`` rewrites them
+#: with Snappy: it Z-orders ``messages``, which rewrites every file, even one alone in its
+#: partition. Known only with retry marking on (the default): the driver's pass counts them.
 TINY_FILE_BYTES = 16 << 10
+TINY_BATCH_BYTES = 4 << 20
 _UNCOMPRESSED = {"compression": "uncompressed"}
 
 _DERIVED_NULLS = to_spark(pa.schema(DERIVED))
@@ -131,11 +124,6 @@ class BatchPlan:
 
     def __init__(self, rules: R.RuleContext, levels: dict[str, str]):
         self.checks = R.violations(rules, levels)
-        #: The checks of a write that decodes a batch counted before (``DeltaSink.__call__``):
-        #: its rule hits are known, so only the rules that hold rows back are evaluated, and
-        #: none when the count found no row held (an empty array Spark folds away).
-        self.holding_checks = R.violations(rules, {n: level for n, level in levels.items() if level == "quarantine"})
-        self.no_checks = R.violations(rules, {})
         kind = row_kind()
         self.decoded, self.quarantined, self.held = (kind == k for k in ("decoded", "quarantined", "held"))
         self.metrics = _metrics(kind, levels)
@@ -144,6 +132,7 @@ class BatchPlan:
         self.decoded_columns = [F.col(n) for n in DECODED_SCHEMA.names]
         self.dedup_nulls = _nulls(_DEDUP_NULLS)
         self.dedup_columns = [F.col(f.name) for f in _DEDUP_NULLS]
+        self.no_retry = F.lit(None).cast(_DEDUP_NULLS["retryOf"].dataType).alias("retryOf")
         self.derived_nulls = _nulls(_DERIVED_NULLS)
         self.quarantine_columns = [F.col(c) for c in _QUARANTINE_COLUMNS]
         self.held_columns = [
@@ -153,39 +142,30 @@ class BatchPlan:
             R.first_held_rule().alias("rule"),
         ]
         self.no_rule = F.lit(None).cast("string").alias("rule")
-        #: What a pass that counts the batch before its write takes: the metrics and about how
-        #: many table partitions (topic, partition) its messages go to (``TINY_FILE_BYTES``).
-        self.count_metrics = [*self.metrics, F.approx_count_distinct(
-            F.when(self.decoded, F.struct("topic", "partition"))).alias("tablePartitions")]
-        #: The ``key_hash`` of each of a batch's keys, collected by the first pass of a batch it
-        #: keeps (``KEEP_BATCH_BYTES``): which of its keys may repeat is then found in the driver.
-        #: Not for a larger batch: collecting 1.19M hashes cost a batch of the RocketMQ benchmark
-        #: set 4-8 s more than the Spark aggregate that finds them (``transforms.dedup.repeat_candidates``).
-        self.key_hashes = F.collect_list(
-            F.when(self.decoded & self.key.isNotNull(), key_hash(self.key))).alias("keyHashes")
+        #: Messages rows (decoded, held by a rule or not): a write that finds fewer than the
+        #: driver's pass did read a segment that went away in between (``DeltaSink.__call__``).
+        self.framed = F.sum(F.when(kind.isin("decoded", "held"), 1).otherwise(0)).alias("framed")
 
-    def checked(self, df: DataFrame, checks: Column | None = None) -> DataFrame:
-        """``df`` with the ``_checks`` column of the rules (``off`` ones not evaluated), or of
-        ``checks`` (``holding_checks``, ``no_checks``)."""
-        return df.withColumn(R.CHECKS_COLUMN, self.checks if checks is None else checks)
+    def checked(self, df: DataFrame) -> DataFrame:
+        """``df`` with the ``_checks`` column of the rules (``off`` ones not evaluated)."""
+        return df.withColumn(R.CHECKS_COLUMN, self.checks)
 
-    def keys(self, df: DataFrame) -> DataFrame:
-        """The narrow rows retry marking needs of the batch's messages (``transforms.dedup.retry_keys``)."""
-        return retry_keys(df.where(self.decoded), self.key)
-
-    def split(self, df: DataFrame, batch_id: int, retries: DataFrame | None = None,
-              raw_reader=None) -> tuple[DataFrame, DataFrame]:
+    def split(self, df: DataFrame, batch_id: int, retries: DataFrame | None = None, raw_reader=None,
+              marked: bool = False) -> tuple[DataFrame, DataFrame]:
         """Checked source rows -> (messages rows, quarantine rows), each in its table's column order.
 
         With ``retries`` (retry marking on: the batch's retries, ``transforms.dedup.find_retries``),
-        rows get their ``dedupKey`` and, the retries among them, ``retryOf``; otherwise both stay
-        null. Rows a quarantine-level rule holds go to quarantine, their bytes read back by
+        rows get their ``dedupKey`` and, the retries among them, ``retryOf``; ``marked`` without
+        ``retries`` (marking on, the batch has no retry): their ``dedupKey`` only; otherwise both
+        stay null. Rows a quarantine-level rule holds go to quarantine, their bytes read back by
         ``raw_reader`` (msglake.pipelines.io.source.raw_record_reader).
         """
         batch = F.lit(batch_id).cast("bigint")
         decoded = df.where(self.decoded).select(*self.decoded_columns)
         if retries is not None:
             decoded = mark_retries(decoded, retries, self.key)
+        elif marked:
+            decoded = decoded.select("*", self.key.alias("dedupKey"), self.no_retry)
         else:
             decoded = decoded.select("*", *self.dedup_nulls)
         messages = decoded.select(
@@ -229,6 +209,60 @@ def _metrics(kind: Column, levels: dict[str, str]) -> list:
     ]
 
 
+@dataclass
+class BatchKeys:
+    """What retry marking knows of a micro-batch from its rows decoded in the driver
+    (``pipelines.io.source.DriverReader``), before Spark writes it: its messages' keys."""
+
+    #: ``transforms.dedup.key_hash`` of each message row with a key, and its store time
+    #: (microseconds since the epoch).
+    hashes: np.ndarray
+    times: np.ndarray
+    #: The same rows: ``keyHash`` and ``transforms.dedup.KEY_COLUMNS``.
+    rows: pa.Table
+    #: Message rows (decoded; a quality rule may still hold some back), their bytes, and how many
+    #: table partitions (topic, partition) they go to.
+    framed: int = 0
+    message_bytes: int = 0
+    table_partitions: int = 0
+    #: The first and last store time of the rows with a key (None: there are none).
+    since: dt.datetime | None = None
+    newest: dt.datetime | None = None
+
+
+def chunk_keys(batch: pa.RecordBatch) -> tuple:
+    """One Arrow batch of a micro-batch's source rows -> what :func:`batch_keys` gathers of it
+    (run by the driver's reader threads)."""
+    messages = pc.and_(pc.is_null(batch.column("reason")), pc.is_valid(batch.column("messageId")))
+    made = arrow_keys(batch)
+    keyed = pc.and_(messages, pc.is_valid(made.column("keyHash")))
+    rows = pa.table([made.column("keyHash"), made.column("dedupKey"), *[batch.column(c) for c in KEY_COLUMNS[1:]]],
+                    names=["keyHash", *KEY_COLUMNS])
+    if pc.sum(keyed).as_py() != len(rows):
+        rows = rows.filter(keyed)
+    spots = pa.table([batch.column("topic"), batch.column("partition")], names=["topic", "partition"])
+    spots = spots.filter(messages).group_by(["topic", "partition"]).aggregate([])
+    framed = pc.sum(messages).as_py() or 0
+    nbytes = pc.sum(batch.column("recordLength").filter(messages)).as_py() or 0
+    return rows, framed, nbytes, set(zip(*spots.to_pydict().values()))
+
+
+def batch_keys(chunks: list[tuple]) -> BatchKeys:
+    """The :func:`chunk_keys` of a micro-batch's chunks as one :class:`BatchKeys`."""
+    tables = [c[0] for c in chunks if len(c[0])]
+    rows = pa.concat_tables(tables) if tables else pa.table(
+        {"keyHash": pa.array([], pa.int64()), **{c: pa.array([], f) for c, f in zip(KEY_COLUMNS, (
+            pa.string(), pa.timestamp("us", "UTC"), pa.int32(), pa.string(), pa.int64()))}})
+    spots = set().union(*(c[3] for c in chunks)) if chunks else set()
+    times = rows.column("storeTimestamp").cast(pa.timestamp("us", "UTC")).cast(pa.int64()).to_numpy()
+    out = BatchKeys(rows.column("keyHash").to_numpy(), times, rows, sum(c[1] for c in chunks),
+                    sum(c[2] for c in chunks), len(spots))
+    if len(rows):
+        low, high = pc.min_max(rows.column("storeTimestamp")).values()
+        out.since, out.newest = low.as_py(), high.as_py()
+    return out
+
+
 class DeltaSink:
     """The ``foreachBatch`` function of the ingest job.
 
@@ -250,15 +284,11 @@ class DeltaSink:
         quarantine-level rule holds (without it such a batch fails rather than lose the bytes).
     checkpoint : str, optional
         The query's checkpoint, which bounds the search for a replayed batch's commit (``OnceWriter``).
-    small_batch : int
-        Retry marking plans a batch of at most this many messages as a small one (``_retries``;
-        0: every batch by the general plan).
     """
 
     def __init__(self, app_id: str, messages_path: str, quarantine_path: str, counts: RunCounts | None = None,
                  dedup_watermark_seconds: int = 0, rules: R.RuleContext | None = None,
-                 levels: dict[str, str] | None = None, raw_reader=None, checkpoint: str | None = None,
-                 small_batch: int = SMALL_BATCH):
+                 levels: dict[str, str] | None = None, raw_reader=None, checkpoint: str | None = None):
         self.app_id = app_id
         self.writer = OnceWriter(app_id, checkpoint)
         self.firsts = FirstCopies(messages_path, dedup_watermark_seconds,
@@ -270,11 +300,7 @@ class DeltaSink:
         self.rules = rules if rules is not None else R.RuleContext({})
         self.levels = R.active(levels or {})
         self.raw_reader = raw_reader
-        self.small_batch = small_batch
-        #: Batches whose retries were decided without Spark (``_retries``).
-        self.decided_in_driver = 0
-        #: Batches whose retries no Spark job decided, as none of their keys could repeat: found by
-        #: the driver (also counted above) or by a Spark aggregate (``_retries``).
+        #: Batches whose retries no Spark job decided, as none of their keys could repeat.
         self.without_decision = 0
 
     def _append(self, df: DataFrame, table: str, batch_id: int, **options: str) -> bool:
@@ -282,94 +308,60 @@ class DeltaSink:
         was committed there before."""
         return self.writer.write(df, self.paths[table], batch_id, **options)
 
-    def _first_pass(self, df: DataFrame, batch_id: int, keep: bool, spread: bool = True
-                    ) -> tuple[dict, DataFrame | None, DataFrame]:
-        """One decode of the batch before anything is written: its metrics, the rows retry
-        marking needs (``transforms.dedup.retry_keys``; None when marking is off) and the batch
-        to write. With ``keep``, the batch's rows are kept (its keys and write read them), and with
-        retry marking on the metrics hold its keys' hashes (``keyHashes``); otherwise only its keys
-        are kept, and the write decodes the batch again. ``spread``: also estimate how many table
-        partitions its messages go to (``TINY_FILE_BYTES``)."""
-        from pyspark.sql import Observation
+    def _held_may_differ(self) -> bool:
+        """Whether a quarantine-level rule may hold one copy of a message and not another: then
+        deciding its retries needs to know which copies stay out of ``messages``."""
+        return any(level == "quarantine" and not R.RULES[name].same_for_copies for name, level in self.levels.items())
 
-        seen = Observation(f"msglake-count-{batch_id}")
-        metrics = self.plan.count_metrics if spread else self.plan.metrics
-        if self.watermark > 0 and keep:
-            metrics = [*metrics, self.plan.key_hashes]
-        observed = df.observe(seen, *metrics)
-        if keep:
-            df = observed.localCheckpoint(eager=True)
-            keys = self.plan.keys(df) if self.watermark > 0 else None
-        elif self.watermark > 0:
-            keys = self.plan.keys(observed).localCheckpoint(eager=True)
-        else:
-            return self._count(df), None, df
-        return seen.get, keys, df
+    def _retries(self, keys: BatchKeys, spark, rows: Callable) -> DataFrame | None:
+        """The batch's retries (``RetryRule.retries``), None when it has none.
 
-    def _retries(self, keys: DataFrame, since, messages: int, batch_id: int,
-                 hashes: np.ndarray | None) -> tuple[DataFrame, int]:
-        """The batch's keys with ``retryOf`` (``transforms.dedup.RetryRule``), and how many of
-        them are retries: its keys against themselves and the first copies stored from the batch's
-        first store time minus the watermark on (none when the batch holds no message).
-
-        First the keys that may repeat are found: by the driver (``transforms.dedup.repeated``)
-        from the keys' hashes (``hashes``, collected by the first pass of a kept batch) and the
-        kept first copies' hashes; for a larger batch (``hashes`` None) by a Spark aggregate
-        (``transforms.dedup.repeat_candidates``). With none (the usual case) every key is a first
-        copy, and no Spark job decides that (for a kept batch two jobs, 0.25-0.48 s of a streaming
-        trigger's ~0.9 s batch): those rows are the batch's own kept rows, or its kept keys.
-        Otherwise Spark decides, and the result is kept (a checkpoint; the retries are observed
-        as it is made).
-
-        A batch of at most ``small_batch`` messages has its keys broadcast to cut the window down
-        to the first copies it can repeat: the window holds every first copy of the last
-        ``watermark`` seconds, which the general plan shuffles whole on every batch. One of at most
-        ``ONE_TASK_BATCH`` (a streaming trigger's usual load) is then decided in one task: the
-        window's rows and the keys each in one partition (coalesced), so no shuffle, and the
-        only other Spark job is the keys' broadcast. Measured (``local[2]``, keys / first copies
-        in the window, general plan -> this): 600 / 180K 0.46 -> 0.17 s, 600 / 2M 1.9 -> 0.24 s,
-        20K / 2M 2.1 -> 0.31 s, 200K / 2M 2.4 -> 0.64 s; at 200K / 180K, 0.61 vs 0.62 s, while
-        one task there took 0.70 s.
-
-        A larger batch has only the copies of the keys that may repeat grouped to their first,
-        which is broadcast back to the keys, instead of every key grouped by a sort and shuffled
-        again to be joined.
+        The keys that may repeat are found in the driver (``transforms.dedup.repeated``), among
+        the batch's keys and the hashes of the first copies kept since the batch's first store
+        time minus the watermark (``FirstCopies``): usually none, and no Spark job runs. Otherwise
+        Spark decides among those keys only: the batch's copies of them and their first copies
+        in the table. When a rule may hold back one copy of a key and not another, the copies it
+        holds are found first (their rows decoded again in the driver and checked by Spark): a
+        held copy is no first copy, it never reaches ``messages``.
         """
-        spark = keys.sparkSession
-        maybe = None
-        if hashes is not None:
-            maybe = repeated(hashes, self.firsts.hashes(spark, since) if since is not None else ())
-            if not len(maybe):
-                # These rows are a projection of the batch's kept rows (its whole checkpoint, at
-                # most KEEP_BATCH_BYTES): the first-copy pieces hold that checkpoint until they
-                # are merged (MAX_PIECES batches), a few MiB each, instead of a narrow copy's job.
-                self.decided_in_driver += 1
-                self.without_decision += 1
-                return self.retry_rule.none(keys), 0
-        earlier = self.firsts.earlier(spark, since) if since is not None else keys.limit(0)
-        candidates = None
-        if messages <= self.small_batch:
-            earlier = earlier.join(F.broadcast(keys.select("dedupKey")), "dedupKey", "left_semi")
-            if messages <= ONE_TASK_BATCH:
-                earlier, keys = earlier.coalesce(1), keys.coalesce(1)
-        elif maybe is not None:
-            if len(maybe) <= BROADCAST_REPEATS:
-                candidates = spark.createDataFrame(pa.table({"keyHash": maybe}))
-        else:
-            candidates = repeat_candidates(keys, earlier).localCheckpoint(eager=True)
-            repeats = candidates.count()
-            if not repeats:
-                # As above, from Spark's aggregate: the rows are the batch's kept keys.
-                self.without_decision += 1
-                return self.retry_rule.none(keys), 0
-            if repeats > BROADCAST_REPEATS:
-                candidates = None
+        if keys.since is None:
+            return None
+        stored = self.firsts.hashes(spark, keys.since)
+        maybe = repeated(keys.hashes, stored)
+        if not len(maybe):
+            self.without_decision += 1
+            return None
+        mine = keys.rows.filter(pc.is_in(keys.rows.column("keyHash"), pa.array(maybe)))
+        copies = spark.createDataFrame(mine.select(list(KEY_COLUMNS)))
+        if self._held_may_differ():
+            copies = copies.join(self._held(spark, rows, maybe), on=list(RETRY_LOCATION), how="left_anti")
+        known = np.concatenate(stored) if stored else np.array([], np.int64)
+        in_table = maybe[np.isin(maybe, known)]
+        earlier = self.firsts.rows(spark, keys.since, in_table) if len(in_table) else copies.limit(0)
+        if len(mine) <= ONE_TASK_BATCH:
+            copies, earlier = copies.coalesce(1), earlier.coalesce(1)
         from pyspark.sql import Observation
 
-        found = Observation(f"msglake-retries-{batch_id}")
-        decided = (self.retry_rule.decide(keys, earlier, candidates)
-                   .observe(found, F.count("retryOf").alias("retries")).localCheckpoint(eager=True))
-        return decided, found.get["retries"]
+        found = Observation("msglake-retries")
+        decided = self.retry_rule.decide(copies, earlier).observe(found, F.count("retryOf").alias("retries"))
+        retries = self.retry_rule.retries(decided).localCheckpoint(eager=True)
+        # None found: an empty relation the optimizer sees as such drops the write's join, where
+        # kept rows cost a broadcast job.
+        return retries if found.get["retries"] else retries.limit(0)
+
+    def _held(self, spark, rows: Callable, maybe: np.ndarray) -> DataFrame:
+        """The locations of the batch's messages with a key hash among ``maybe`` that a
+        quarantine-level rule holds: their rows decoded again in the driver, checked by Spark."""
+        wanted = pa.array(maybe)
+
+        def pick(batch: pa.RecordBatch) -> pa.RecordBatch:
+            return batch.filter(pc.fill_null(pc.is_in(arrow_keys(batch).column("keyHash"), wanted), False))
+
+        picked = [b for b in rows(pick) if b.num_rows]
+        if not picked:
+            return spark.createDataFrame([], "partition int, segment string, segmentPosition bigint")
+        df = self.plan.checked(spark.createDataFrame(pa.Table.from_batches(picked)))
+        return df.where(self.plan.held).select(*RETRY_LOCATION)
 
     def finish(self, spark) -> list[str]:
         """After the query stopped: leave the first copies kept for retry marking to the next run
@@ -394,7 +386,7 @@ class DeltaSink:
 
     def _count(self, df: DataFrame) -> dict:
         """The batch's metrics from a pass of its own."""
-        return df.agg(*self.plan.count_metrics).collect()[0].asDict()
+        return df.agg(*self.plan.metrics).collect()[0].asDict()
 
     @staticmethod
     def _fill(counts: BatchCounts, row) -> None:
@@ -404,96 +396,56 @@ class DeltaSink:
 
     def _needs_count_pass(self) -> bool:
         """Whether the batch must be counted before anything is written: a fail-level rule must stop
-        the batch before its first write, retry marking needs the batch's first store time, and held
-        rows need a raw reader. Otherwise the counts come from the messages write itself (one decode
-        of the batch instead of two)."""
+        the batch before its first write, and held rows need a raw reader. Otherwise the counts
+        come from the messages write itself (one decode of the batch instead of two)."""
         levels = set(self.levels.values())
-        return self.watermark > 0 or "fail" in levels or ("quarantine" in levels and self.raw_reader is None)
+        return "fail" in levels or ("quarantine" in levels and self.raw_reader is None)
 
-    def __call__(self, df: DataFrame, batch_id: int, batch_bytes: int | None = None) -> BatchCounts:
-        """Write micro-batch ``batch_id``; ``batch_bytes``: the segment bytes it covers, when known
-        (a batch of at most ``KEEP_BATCH_BYTES`` is decoded once, see below)."""
-        # A large batch is not kept: reading Spark's copy of these rows (big binary and map
-        # columns) costs more than decoding the segment bytes again (measured: 2.2x slower for
-        # the write). So it is decoded once for messages (counted on the way by observe), once
-        # more for quarantine rows only when there are some, and once before both when a count
-        # pass is needed (see _needs_count_pass); with retry marking on, that pass also keeps the
-        # batch's narrow retry keys, from which its retries are decided without another decode.
-        # A small batch's count pass keeps all its rows instead (KEEP_BATCH_BYTES).
-        source = df
+    def __call__(self, df: DataFrame, batch_id: int, rows: Callable | None = None) -> BatchCounts:
+        """Write micro-batch ``batch_id``.
+
+        Parameters
+        ----------
+        df : DataFrame
+            The batch's source rows.
+        rows : callable, optional
+            With retry marking on, required: ``rows(each)`` -> ``[each(b) for b in the batch's
+            Arrow batches]``, decoded in the driver (``DriverReader.map`` bound to the batch's
+            offsets). The batch's retries are decided from their keys before Spark writes it, so
+            Spark decodes the batch once: for its messages write, which counts it on the way.
+        """
+        spark = df.sparkSession
         df = self.checked(df)
         counts = BatchCounts(batch_id)
-        if not self._needs_count_pass():
-            return self._write_observed(df, batch_id, counts)
-        keep = batch_bytes is not None and batch_bytes <= KEEP_BATCH_BYTES
-        # Only a batch of at most KEEP_BATCH_BYTES of messages may be written uncompressed, and a
-        # batch's messages are no more than its bytes: a larger one needs no estimate of its spread
-        # (an approx_count_distinct, ~0.2 s of a first pass over 1.19M RocketMQ rows, warm).
-        spread = batch_bytes is None or batch_bytes <= KEEP_BATCH_BYTES
-        row, keys, df = self._first_pass(df, batch_id, keep, spread)
-        self._fill(counts, row)
-        self._check_failures(df, batch_id, counts)
-        if not keep:
-            # The write decodes the batch again, and its rule hits are counted: evaluating the
-            # warn-level rules once more would only cost (one batch of 1.19M RocketMQ rows, the
-            # default rules, none held; its write, warm: 17.1-18.4 s with every rule, 14.5-14.6 s).
-            df = self.plan.checked(source, self.plan.holding_checks if self._held(counts) else self.plan.no_checks)
-        decided = retries = hashes = None
-        if keys is not None:
-            if keep:
-                hashes = np.asarray(row["keyHashes"], dtype=np.int64)
-            decided, found = self._retries(keys, row["since"], counts.messages, batch_id, hashes)
-            retries = self.retry_rule.retries(decided)
-            if not found:
-                # The usual case. An empty relation the optimizer sees as such: it drops the join,
-                # where kept rows (or rows the driver holds, an RDD too) cost a broadcast job.
-                retries = retries.limit(0)
-        messages, quarantine = self.plan.split(df, batch_id, retries, self._reader_for(counts))
-        if counts.messages:
-            from pyspark.sql import Observation
-
-            path = self.paths[MESSAGES_TABLE.name]
-            before = log_version(path)
-            wrote = Observation(f"msglake-written-{batch_id}")
-            spread = row.get("tablePartitions") or 1
-            tiny = counts.message_bytes <= KEEP_BATCH_BYTES and counts.message_bytes < TINY_FILE_BYTES * spread
-            options = _UNCOMPRESSED if tiny else {}
-            if self._append(messages.observe(wrote, F.count(F.lit(1)).alias("rows")), MESSAGES_TABLE.name, batch_id,
-                            **options):
-                written = wrote.get["rows"]
-                if written < counts.messages:
-                    # A segment vanished between the passes (retention): the write decoded loss
-                    # rows instead of its messages, so the quarantine write must run to keep them.
-                    counts.messages = written
-                    counts.quarantined = max(counts.quarantined, 1)
-                    before = None  # nor are its keys what the table holds
-                if decided is not None:
-                    firsts = self.retry_rule.firsts(decided)
-                    self.firsts.wrote(firsts, row["since"], row["newest"], before, log_version(path), hashes)
-        if counts.quarantined:
-            self._append(quarantine, QUARANTINE_TABLE.name, batch_id)
-        self.counts.add(counts)
-        return counts
-
-    def _held(self, counts: BatchCounts) -> int:
-        """Hits of the quarantine-level rules in the batch (rows they hold back from ``messages``)."""
-        return sum(counts.rule_hits.get(n, 0) for n, level in self.levels.items() if level == "quarantine")
-
-    def _reader_for(self, counts: BatchCounts):
-        return self.raw_reader if self._held(counts) else None
-
-    def _write_observed(self, df: DataFrame, batch_id: int, counts: BatchCounts) -> BatchCounts:
-        """One pass: the messages write counts the batch as it goes.
-
-        The messages write runs even when the batch turns out to hold no message (at most an empty
-        commit): whether it does is only known from the write itself.
-        """
+        keys = retries = None
+        if self.watermark > 0:
+            if rows is None:
+                raise ValueError("retry marking (a dedup watermark above 0) needs the batch's rows read in the driver")
+            keys = batch_keys(rows(chunk_keys))
+            retries = self._retries(keys, spark, rows)
+        if self._needs_count_pass():
+            self._fill(counts, self._count(df))
+            self._check_failures(df, batch_id, counts)
         from pyspark.sql import Observation
 
         seen = Observation(f"msglake-batch-{batch_id}")
-        messages, _ = self.plan.split(df.observe(seen, *self.plan.metrics), batch_id)
-        if self._append(messages, MESSAGES_TABLE.name, batch_id):
-            self._fill(counts, seen.get)
+        observed = df.observe(seen, *self.plan.metrics, self.plan.framed)
+        messages, _ = self.plan.split(observed, batch_id, retries, marked=keys is not None)
+        tiny = (keys is not None and keys.message_bytes <= TINY_BATCH_BYTES
+                and keys.message_bytes < TINY_FILE_BYTES * max(keys.table_partitions, 1))
+        path = self.paths[MESSAGES_TABLE.name]
+        before = log_version(path)
+        # The messages write runs even when the batch turns out to hold no message (at most an
+        # empty commit): whether it does is only known from the write itself.
+        if self._append(messages, MESSAGES_TABLE.name, batch_id, **(_UNCOMPRESSED if tiny else {})):
+            row = seen.get
+            self._fill(counts, row)
+            if keys is not None:
+                # A write that found fewer messages than the driver's pass read a segment that
+                # went away in between (retention): its keys are not what the table holds.
+                whole = int(row["framed"] or 0) >= keys.framed
+                self.firsts.wrote(keys.since, keys.newest, before if whole else None, log_version(path), keys.hashes,
+                                  keys.times)
         else:
             # The batch was committed before a crash, the checkpoint not: the plan never ran,
             # so nothing was observed. Count the batch on its own.
@@ -504,11 +456,18 @@ class DeltaSink:
         self.counts.add(counts)
         return counts
 
+    def _held_hits(self, counts: BatchCounts) -> int:
+        """Hits of the quarantine-level rules in the batch (rows they hold back from ``messages``)."""
+        return sum(counts.rule_hits.get(n, 0) for n, level in self.levels.items() if level == "quarantine")
+
+    def _reader_for(self, counts: BatchCounts):
+        return self.raw_reader if self._held_hits(counts) else None
+
     def _check_failures(self, df: DataFrame, batch_id: int, counts: BatchCounts) -> None:
         """Stop before anything of the batch is written when a rule that must fail the job matched,
         or when rows must be quarantined and their bytes cannot be read back."""
         failing = {n: counts.rule_hits[n] for n, level in self.levels.items() if level == "fail" and n in counts.rule_hits}
-        held = self._held(counts)
+        held = self._held_hits(counts)
         if not failing and not (held and self.raw_reader is None):
             return
         if not failing:

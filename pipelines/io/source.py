@@ -431,3 +431,38 @@ class SegmentStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         """Nothing to release: positions live in the checkpoint, segments belong to the broker."""
+
+
+class DriverReader:
+    """The rows of a micro-batch decoded in the driver, as the source's tasks decode them: what
+    retry marking decides a batch's retries from before Spark writes it (``pipelines.io.sinks``).
+
+    ``options``: the source's options (those given to ``spark.readStream.format("msglake")``).
+    A batch is given by its start and end offsets, as the checkpoint holds them; no end: every
+    record committed on disk now (a batch read's).
+    """
+
+    def __init__(self, options: dict[str, str]):
+        self.opts = SourceOptions.parse(options)
+        self._stream = SegmentStreamReader(self.opts)
+
+    def map(self, each, start: dict | None = None, end: dict | None = None, threads: int | None = None) -> list:
+        """``each(batch)`` of every Arrow batch of the micro-batch's rows, in order. The tasks run
+        on ``threads`` threads (default: the machine's cores): the native decode lets go of
+        Python's lock, and the driver's cores are otherwise idle while it runs."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        if start is None:
+            start = self._stream.initialOffset()
+        if end is None:
+            end = self._stream.latestOffset(start, ReadAllAvailable())
+        parts = self._stream.partitions(start, end)
+
+        def task(part):
+            return [each(batch) for batch in read_task(self.opts, part)]
+
+        threads = max(1, min(threads or os.cpu_count() or 1, len(parts)))
+        if threads == 1:
+            return [out for part in parts for out in task(part)]
+        with ThreadPoolExecutor(threads, thread_name_prefix="msglake-keys") as pool:
+            return [out for outs in pool.map(task, parts) for out in outs]

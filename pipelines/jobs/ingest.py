@@ -8,6 +8,7 @@ nothing and bytes appended since are picked up; writes are idempotent Delta appe
 """
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -23,7 +24,7 @@ from msglake.pipelines.io.progress import ProgressReporter
 from msglake.pipelines.jobs.running import wait_or_stop
 from msglake.pipelines.settings import Settings, SourceSettings
 from msglake.pipelines.io.sinks import DeltaSink, RunCounts
-from msglake.pipelines.io.source import raw_record_reader
+from msglake.pipelines.io.source import DriverReader, raw_record_reader
 from msglake.schemas import CONSUMER_OFFSETS_TABLE, MESSAGES_TABLE, QUARANTINE_TABLE
 
 
@@ -95,19 +96,21 @@ class IngestSummary:
         return out
 
 
+def source_options(spark, settings: Settings, src: SourceSettings) -> dict[str, str]:
+    """The options of one configured source's ``msglake`` reader."""
+    options = {
+        "format": src.format,
+        "path": os.path.abspath(src.path),
+        "maxBytesPerTrigger": str(src.maxBytesPerTrigger or settings.ingest.maxBytesPerTrigger),
+        "splitBytes": str(settings.ingest.splitBytes),
+        "minPartitions": str(spark.sparkContext.defaultParallelism),
+    }
+    return {**options, **src.codec_options().to_strings()}
+
+
 def source_reader(spark, settings: Settings, src: SourceSettings):
     """The streaming DataFrame of one configured source."""
-    reader = (
-        spark.readStream.format("msglake")
-        .option("format", src.format)
-        .option("path", os.path.abspath(src.path))
-        .option("maxBytesPerTrigger", src.maxBytesPerTrigger or settings.ingest.maxBytesPerTrigger)
-        .option("splitBytes", settings.ingest.splitBytes)
-        .option("minPartitions", spark.sparkContext.defaultParallelism)
-    )
-    for key, value in src.codec_options().to_strings().items():
-        reader = reader.option(key, value)
-    return reader.load()
+    return spark.readStream.format("msglake").options(**source_options(spark, settings, src)).load()
 
 
 def _disk_accounting(src: SourceSettings, positions: dict[str, int]):
@@ -155,7 +158,8 @@ def run(
     tables = {spec.name: ensure_table(spark, settings, spec) for spec in (MESSAGES_TABLE, QUARANTINE_TABLE)}
     counts = RunCounts()
     offsets = ConsumerOffsetRecorder(spark, settings, src) if src.format == "rocketmq-commitlog" else None
-    sink = _LazySink(src.name, checkpoint, tables, counts, settings.ingest.dedupWatermarkSeconds, offsets,
+    sink = _LazySink(src.name, checkpoint, tables, counts, settings.ingest.dedupWatermarkSeconds,
+                     DriverReader(source_options(spark, settings, src)), offsets,
                      dict(rules=settings.quality.rule_context(settings.policies), levels=settings.quality.levels(),
                           raw_reader=raw_record_reader(src.format, os.path.abspath(src.path), src.codec_options())))
     listener = None
@@ -225,9 +229,11 @@ class _LazySink:
     """
 
     def __init__(self, source: str, checkpoint: str, tables: dict[str, str], counts: RunCounts, watermark: int,
-                 offsets: ConsumerOffsetRecorder | None = None, quality: dict | None = None):
+                 reader: DriverReader, offsets: ConsumerOffsetRecorder | None = None, quality: dict | None = None):
         self.source, self.checkpoint, self.tables, self.counts = source, checkpoint, tables, counts
         self.watermark = watermark
+        #: The batches' rows decoded in the driver, for retry marking.
+        self.reader = reader
         self.offsets = offsets
         self.quality = quality or {}
         self._sink: DeltaSink | None = None
@@ -244,10 +250,11 @@ class _LazySink:
             self._sink = DeltaSink(app_id, self.tables[MESSAGES_TABLE.name], self.tables[QUARANTINE_TABLE.name],
                                    self.counts, self.watermark, checkpoint=self.checkpoint, **self.quality)
         # The offsets of this batch are in the checkpoint already (written before it ran).
-        end = cp.batch_offset(self.checkpoint, batch_id)
-        read_bytes = cp.bytes_moved(cp.batch_offset(self.checkpoint, batch_id - 1), end) if end else None
+        start, end = cp.batch_offset(self.checkpoint, batch_id - 1), cp.batch_offset(self.checkpoint, batch_id)
+        read_bytes = cp.bytes_moved(start, end) if end else None
+        rows = functools.partial(self.reader.map, start=start, end=end) if end else None
         try:
-            batch = self._sink(df, batch_id, read_bytes)
+            batch = self._sink(df, batch_id, rows)
         except QualityRuleFailed as e:
             self.failure = e
             raise

@@ -9,7 +9,7 @@ import time
 import numpy as np
 from pyspark.sql import functions as F
 
-from msglake.pipelines.io.first_copies import MAX_PIECES, FirstCopies
+from msglake.pipelines.io.first_copies import EPOCH, MAX_PIECES, FirstCopies
 from msglake.pipelines.io.once import OnceWriter, log_version
 from msglake.transforms.dedup import key_hash, repeated
 
@@ -87,45 +87,44 @@ def _window(spark, path, since, watermark):
 
 
 def _hashes(keys):
-    """``transforms.dedup.key_hash`` of each row's ``dedupKey``, as a sink's first pass collects them."""
+    """``transforms.dedup.key_hash`` of each row's ``dedupKey``, as the sink's driver pass makes them."""
     return np.array([r[0] for r in keys.select(key_hash()).collect()], dtype=np.int64)
 
 
-def test_first_copies_kept_between_batches_equal_the_tables_window(spark, tmp_path):
+def test_first_copies_kept_between_batches_stand_for_the_tables_window(spark, tmp_path):
     path, watermark = str(tmp_path / "messages"), 60
-    spark.createDataFrame([_message("old", 0, 0)], SCHEMA).write.format("delta").save(path)
+    # Keys of 15 hex digits or more, as dedupKeys are (key_hash reads the first 15).
+    key = "{:0>64}".format
+    spark.createDataFrame([_message(key("old"), 0, 0)], SCHEMA).write.format("delta").save(path)
     firsts = FirstCopies(path, watermark)
 
     def check(second):
         since = T0 + dt.timedelta(seconds=second)
-        assert sorted(tuple(r) for r in firsts.earlier(spark, since).collect()) == _window(spark, path, since, watermark)
+        window = _window(spark, path, since, watermark)
+        known = firsts.hashes(spark, since)
+        # Every first copy of the window is among the pieces' hashes; keys never written are not.
+        hashes = _hashes(spark.createDataFrame([(r[0],) for r in window], "dedupKey string")) if window else \
+            np.array([], np.int64)
+        fresh = _hashes(spark.createDataFrame([(key("new1"),), (key("new2"),)], "dedupKey string"))
+        assert sorted(repeated(np.concatenate([hashes, fresh]), known)) == sorted(set(hashes))
+        # The rows of those hashes are read from the table, the window's own.
+        if len(hashes):
+            assert sorted(tuple(r) for r in firsts.rows(spark, since, hashes).collect()) == window
         return since
 
     most = 0
     for batch in range(20):  # a window of 12 batches: the pieces pass MAX_PIECES, are merged, then dropped
         second = 10 + batch * 5
         since = check(second)
-        new = spark.createDataFrame([_message(f"k{batch}", second, batch + 1), _message(None, second, 100 + batch)],
-                                    SCHEMA)
+        new = spark.createDataFrame([_message(key(f"k{batch}"), second, batch + 1),
+                                     _message(None, second, 100 + batch)], SCHEMA)
         before = log_version(path)
         new.write.format("delta").mode("append").save(path)
-        keys = new.where("dedupKey IS NOT NULL").drop("retryOf").localCheckpoint()
-        # A sink that kept its batch knows the keys' hashes; the pieces of the others (and of the
-        # table's read) are hashed when a batch asks whether it may repeat one of them.
-        hashes = _hashes(keys.select("dedupKey")) if batch % 2 else None
-        firsts.wrote(keys, since, since, before, log_version(path), hashes)
-        # Every key of the window is found among the pieces' hashes; keys never written are not.
-        window = _hashes(firsts.earlier(spark, since))
-        fresh = _hashes(spark.createDataFrame([("new",), ("newer",)], "dedupKey string"))
-        assert sorted(repeated(np.concatenate([window, fresh]), firsts.hashes(spark, since))) == sorted(set(window))
-        assert len(repeated(fresh, firsts.hashes(spark, since))) == 0
+        firsts.wrote(since, since, before, log_version(path), _hashes(new.where("dedupKey IS NOT NULL")),
+                     np.array([(since.replace(tzinfo=dt.timezone.utc) - EPOCH) // dt.timedelta(microseconds=1)]))
         most = max(most, len(firsts.pieces))
-        # A merged piece keeps few partitions: a union keeps all of its parts', and a stream's
-        # merges would otherwise grow one read of the pieces by a task per batch.
-        parallelism = spark.sparkContext.defaultParallelism
-        assert firsts.pieces[0].rows.rdd.getNumPartitions() <= max(parallelism, keys.rdd.getNumPartitions())
     assert firsts.reads == 1 and most == MAX_PIECES  # only the first batch read the table; merged once full
-    # The kept copies are complete from ``low`` on: a window starting there uses them, one
+    # The kept hashes are complete from ``low`` on: a window starting there uses them, one
     # starting a second earlier reads the table.
     low = (firsts.low - T0.astimezone(dt.timezone.utc)).total_seconds() + watermark
     assert low > 10
@@ -134,9 +133,10 @@ def test_first_copies_kept_between_batches_equal_the_tables_window(spark, tmp_pa
     check(low - 1)
     assert firsts.reads == 2
 
-    # Another writer's commit: the next batch reads the table and sees its row.
-    spark.createDataFrame([_message("theirs", 200, 999)], SCHEMA).write.format("delta").mode("append").save(path)
+    # Another writer's commit: the next batch reads the table and finds its row.
+    theirs = key("theirs")
+    spark.createDataFrame([_message(theirs, 200, 999)], SCHEMA).write.format("delta").mode("append").save(path)
     since = check(205)
-    assert ("theirs", T0 + dt.timedelta(seconds=200), 0, "seg", 999) in {tuple(r) for r in
-                                                                          firsts.earlier(spark, since).collect()}
     assert firsts.reads == 3
+    [row] = firsts.rows(spark, since, _hashes(spark.createDataFrame([(theirs,)], "dedupKey string"))).collect()
+    assert tuple(row) == (theirs, T0 + dt.timedelta(seconds=200), 0, "seg", 999)

@@ -121,15 +121,16 @@ def test_members_of_a_batch_send_are_not_each_others_retries(spark):
     assert_df_equality(out, expected, ignore_row_order=True, ignore_nullable=True)
 
 
-def test_deciding_among_the_repeat_candidates_only_marks_the_same_rows(spark):
-    # The ingest sink decides a large batch's retries among the keys repeat_candidates names (by
-    # a 64-bit hash, so possibly more than repeat): the same rows as over every key.
-    from msglake.transforms.dedup import RetryRule, key_hash, repeat_candidates, repeated, retry_keys
+def test_deciding_among_the_keys_that_may_repeat_only_marks_the_same_rows(spark):
+    # The ingest sink decides a batch's retries among the keys `repeated` names from their hashes
+    # (a 60-bit prefix, so possibly more than repeat), with the first copies in the table of
+    # those keys only: the same retries as deciding over every key.
+    from msglake.transforms.dedup import RetryRule, key_hash, repeated, retry_keys
 
-    earlier_rows = rows(spark, [("t", 0, "old", 4, at(0), None, "7", "h:1", b"a", 0, False),
-                                ("t", 0, "old", 8, at(1), None, "8", "h:1", b"a", 0, False),
-                                ("t", 0, "old", 12, at(50), None, "10", "h:1", b"a", 0, False)])
-    earlier = retry_keys(earlier_rows)
+    earlier = retry_keys(rows(spark, [("t", 0, "old", 4, at(0), None, "7", "h:1", b"a", 0, False),
+                                      ("t", 0, "old", 8, at(1), None, "8", "h:1", b"a", 0, False),
+                                      ("t", 0, "old", 12, at(50), None, "10", "h:1", b"a", 0, False),
+                                      ("t", 0, "old", 16, at(50), None, "11", "h:1", b"a", 0, False)]))
     keys = retry_keys(rows(spark, [
         ("t", 0, "new", 0, at(30), None, "7", "h:1", b"a", 0, False),    # retry of old@4
         ("t", 1, "new", 0, at(31), None, "9", "h:1", b"a", 0, False),    # first copy ...
@@ -138,17 +139,45 @@ def test_deciding_among_the_repeat_candidates_only_marks_the_same_rows(spark):
         ("t", 0, "new", 120, at(33), "U1", None, None, b"x", 0, False),  # once only
         ("t", 1, "new", 80, at(20), None, "10", "h:1", b"a", 0, False),  # stored before old@12: its retry
     ]))
-    candidates = repeat_candidates(keys, earlier)
-    every_key = keys.select(F.xxhash64("dedupKey").alias("keyHash")).distinct()  # a superset
     rule = RetryRule(600)
-    expected = rule.decide(keys, earlier)
-    assert candidates.count() == 4
-    assert sorted((r.partition, r.segmentPosition) for r in expected.where("retryOf is not null").collect()) == [
-        (0, 0), (1, 40), (1, 80)]
-    # The driver finds the same candidates from the keys' hashes (the first pass collects them).
+    expected = rule.retries(rule.decide(keys, earlier))
+    assert sorted((r.partition, r.segmentPosition) for r in expected.collect()) == [(0, 0), (1, 40), (1, 80)]
     hashes = [np.array([r[0] for r in k.select(key_hash()).collect()], dtype=np.int64) for k in (keys, earlier)]
     found = repeated(hashes[0], [np.sort(hashes[1])])
-    assert sorted(found) == sorted(r.keyHash for r in candidates.collect())
-    from_driver = spark.createDataFrame([(int(h),) for h in found], "keyHash bigint")
-    for narrowed in (candidates, every_key, from_driver):
-        assert_df_equality(rule.decide(keys, earlier, narrowed), expected, ignore_row_order=True)
+    assert len(found) == 4  # 7, 8, 9 and 10; not U1, nor 11 (in the table only)
+    maybe = [int(h) for h in found]
+    narrowed = rule.decide(keys.where(key_hash().isin(maybe)), earlier.where(key_hash().isin(maybe)))
+    assert_df_equality(rule.retries(narrowed), expected, ignore_row_order=True)
+
+
+def test_the_drivers_keys_are_sparks_on_both_paths(spark, tmp_path):
+    # The ingest sink decides retries from keys made in the driver (arrow_keys) and writes the
+    # keys Spark makes (dedup_key): they must be the same strings, with the same key_hash, for
+    # rows of every kind of key: own UNIQ_KEY with or without deliveryCount, a topic missing,
+    # trace ids with and without bornHost or body, system copies, rows with no key.
+    import pyarrow as pa
+
+    from msglake.schemas.source import SOURCE_SCHEMA
+    from msglake.transforms.dedup import KEY_PARTS, arrow_keys, key_hash
+
+    data = [("t", 0, "s", 0, at(0), "U1", None, None, b"a", 0, False),
+            ("t", 0, "s", 1, at(0), "U1", None, None, b"a", None, None),
+            (None, 0, "s", 2, at(0), "U2", "7", "h:1", b"a", 3, False),
+            ("t", 0, "s", 3, at(0), None, "7", "h:1", b"paid", 0, False),
+            ("t", 0, "s", 4, at(0), None, "7", None, b"", 0, False),
+            ("t", 0, "s", 5, at(0), None, "7", "h:1", None, 0, False),
+            ("t", 0, "s", 6, at(0), "U3", "7", "h:1", b"a", 0, True),
+            ("t", 0, "s", 7, at(0), None, None, "h:1", b"a", 0, False),
+            ("tópico", 1, "s", 8, at(0), "Ü", None, None, b"\xff", 7, False)]
+    df = rows(spark, data, producer_unique_ids=[None, "P1", None, None, None, None, None, "P2", None])
+    want = [(r.dedupKey, r.h) for r in df.orderBy("segmentPosition")
+            .select(dedup_key().alias("dedupKey"), key_hash(dedup_key()).alias("h")).collect()]
+    assert [k is None for k, _ in want] == [False] * 6 + [True] + [False] * 2
+    table = df.orderBy("segmentPosition").select(*KEY_PARTS).toArrow()
+    batch = pa.RecordBatch.from_arrays([table.column(n).combine_chunks().cast(SOURCE_SCHEMA.field(n).type)
+                                        for n in KEY_PARTS], names=list(KEY_PARTS))
+    for native in (True, False):
+        got = arrow_keys(batch, native=native)
+        assert list(zip(got.column("dedupKey").to_pylist(), got.column("keyHash").to_pylist())) == want, native
+    # A slice (an Arrow offset into its buffers) reads the right rows.
+    assert arrow_keys(batch.slice(3, 4), native=True).column("dedupKey").to_pylist() == [k for k, _ in want[3:7]]
