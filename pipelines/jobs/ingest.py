@@ -158,8 +158,10 @@ def run(
     tables = {spec.name: ensure_table(spark, settings, spec) for spec in (MESSAGES_TABLE, QUARANTINE_TABLE)}
     counts = RunCounts()
     offsets = ConsumerOffsetRecorder(spark, settings, src) if src.format == "rocketmq-commitlog" else None
-    sink = _LazySink(src.name, checkpoint, tables, counts, settings.ingest.dedupWatermarkSeconds,
-                     DriverReader(source_options(spark, settings, src)), offsets,
+    reader = DriverReader(source_options(spark, settings, src))
+    if settings.ingest.dedupWatermarkSeconds > 0:
+        reader.warm()
+    sink = _LazySink(src.name, checkpoint, tables, counts, settings.ingest.dedupWatermarkSeconds, reader, offsets,
                      dict(rules=settings.quality.rule_context(settings.policies), levels=settings.quality.levels(),
                           raw_reader=raw_record_reader(src.format, os.path.abspath(src.path), src.codec_options())))
     listener = None

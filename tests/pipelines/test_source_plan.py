@@ -85,3 +85,29 @@ def test_a_large_chunk_goes_to_spark_on_its_own(tmp_path, monkeypatch):
     assert pa.Table.from_batches(batches).equals(expected)
     assert batches[-1].num_rows == 1500 and len(batches) >= 2  # the big segment's one chunk, alone and last
     assert all(b.get_total_buffer_size() >= 128 << 10 for b in batches[:-2])  # the small ones gathered
+
+
+def test_the_drivers_decode_gives_the_same_rows_in_its_processes_as_in_its_own(tmp_path, monkeypatch):
+    # Retry marking decodes each micro-batch in the driver (DriverReader.map): a large batch in
+    # the driver's pool of processes, a small one in the driver itself. Both give the same
+    # results, in the order of the batch's tasks; a task's error reaches the driver as raised.
+    import pytest
+
+    from msglake.pipelines.io.decoders import pool
+    from msglake.pipelines.io.sinks import batch_keys, chunk_keys
+    from msglake.samples.nsq import generate
+
+    generate(str(tmp_path), 2000, max_bytes_per_file=32 << 10)
+    options = {"format": "nsq-ext", "path": str(tmp_path), "minPartitions": "2", "splitBytes": str(64 << 10)}
+    here = batch_keys(S.DriverReader(options).map(chunk_keys))
+    monkeypatch.setattr(S, "POOL_BYTES", 0)
+    there = batch_keys(S.DriverReader(options).map(chunk_keys))
+    assert len(here.hashes) > 1000 and here.framed == there.framed and here.table_partitions == there.table_partitions
+    assert here.rows.equals(there.rows)
+    with pytest.raises(ValueError, match="invalid literal"):
+        pool().map(int, [("12",), ("twelve",)])
+    assert pool().map(int, [("12",), ("13",)]) == [12, 13]
+    # A process that died is started again for the next call.
+    pool()._procs[0].kill()
+    pool()._procs[0].wait()
+    assert pool().map(int, [("1",), ("2",), ("3",)]) == [1, 2, 3]
