@@ -90,6 +90,19 @@ class ProgressReporter:
         self._show(rec)
         return rec
 
+    def ran(self, progress) -> bool:
+        """Whether a progress event shows work done: rows read, or segment bytes moved past (a
+        batch of padding alone), or segments deleted before they were read. Spark also reports
+        batches that moved over nothing (a query's first over an empty folder) and queries idle
+        for a while (``noDataProgressEventInterval``): no line for those."""
+        if progress.numInputRows:
+            return True
+        [src] = progress.sources or [None]
+        if src is None:
+            return False
+        end = _offset_doc(src.endOffset)
+        return bytes_moved(_offset_doc(src.startOffset), end) > 0 or bool(end.get("deleted"))
+
     def wait_for(self, batch_id: int, timeout: float = 10.0) -> None:
         """Wait until the (asynchronous) listener has seen ``batch_id``, so nothing is left unsaid."""
         deadline = time.monotonic() + timeout
@@ -129,7 +142,7 @@ class _Listener(StreamingQueryListener):
         pass
 
     def onQueryProgress(self, event) -> None:
-        if event.progress.numInputRows or event.progress.sources and event.progress.sources[0].endOffset != event.progress.sources[0].startOffset:
+        if self.reporter.ran(event.progress):
             self.reporter.record(event.progress)
 
     def onQueryIdle(self, event) -> None:
