@@ -37,6 +37,7 @@ class DecoderPool:
         for i, a in enumerate(args):
             todo.put((i, a))
         results: list = [None] * len(args)
+        done: set[int] = set()
         failures: list[BaseException] = []
 
         def feed(proc: subprocess.Popen) -> None:
@@ -49,14 +50,20 @@ class DecoderPool:
                     pickle.dump((fn, a), proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
                     proc.stdin.flush()
                     ok, value = pickle.load(proc.stdout)
-                except (OSError, EOFError, pickle.UnpicklingError) as e:
-                    failures.append(RuntimeError(f"a decoding process of the driver stopped ({e!r}); "
+                except BaseException as e:  # noqa: BLE001 -- any of it leaves the pipe out of step
+                    # A task or answer that did not cross whole (the process died, or one side
+                    # could not pickle) leaves its pipes out of step: the process goes, and the
+                    # pool starts another for the next call.
+                    proc.kill()
+                    proc.wait()
+                    failures.append(RuntimeError(f"the driver's decoding process failed a task ({e!r}); "
                                                  "it is started again for the next batch"))
                     return
                 if not ok:
                     failures.append(value)
                     return
                 results[i] = value
+                done.add(i)
 
         with self._lock:  # one map at a time: each process answers one task at a time
             feeders = [threading.Thread(target=feed, args=(p,), daemon=True) for p in self._procs]
@@ -66,6 +73,8 @@ class DecoderPool:
                 t.join()
         if failures:
             raise failures[0]
+        if len(done) != len(args):  # cannot happen: each task is answered or fails
+            raise RuntimeError(f"the driver's decoding processes answered {len(done)} of {len(args)} tasks")
         return results
 
     def alive(self) -> bool:

@@ -7,6 +7,7 @@ skipped, table by table, so no row is ever written twice.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import threading
 from collections.abc import Callable
@@ -247,6 +248,12 @@ def chunk_keys(batch: pa.RecordBatch) -> tuple:
     return rows, framed, nbytes, set(zip(*spots.to_pydict().values()))
 
 
+def rows_with_hashes(wanted: pa.Array, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The rows of ``batch`` whose key hash is among ``wanted`` (run by the driver's reader, in
+    its pool's processes for a large batch: a function of this module, which reaches them by name)."""
+    return batch.filter(pc.fill_null(pc.is_in(arrow_keys(batch).column("keyHash"), wanted), False))
+
+
 def batch_keys(chunks: list[tuple]) -> BatchKeys:
     """The :func:`chunk_keys` of a micro-batch's chunks as one :class:`BatchKeys`."""
     tables = [c[0] for c in chunks if len(c[0])]
@@ -352,12 +359,7 @@ class DeltaSink:
     def _held(self, spark, rows: Callable, maybe: np.ndarray) -> DataFrame:
         """The locations of the batch's messages with a key hash among ``maybe`` that a
         quarantine-level rule holds: their rows decoded again in the driver, checked by Spark."""
-        wanted = pa.array(maybe)
-
-        def pick(batch: pa.RecordBatch) -> pa.RecordBatch:
-            return batch.filter(pc.fill_null(pc.is_in(arrow_keys(batch).column("keyHash"), wanted), False))
-
-        picked = [b for b in rows(pick) if b.num_rows]
+        picked = [b for b in rows(functools.partial(rows_with_hashes, pa.array(maybe))) if b.num_rows]
         if not picked:
             return spark.createDataFrame([], "partition int, segment string, segmentPosition bigint")
         df = self.plan.checked(spark.createDataFrame(pa.Table.from_batches(picked)))

@@ -94,7 +94,9 @@ def test_the_drivers_decode_gives_the_same_rows_in_its_processes_as_in_its_own(t
     import pytest
 
     from msglake.pipelines.io.decoders import pool
-    from msglake.pipelines.io.sinks import batch_keys, chunk_keys
+    import functools
+
+    from msglake.pipelines.io.sinks import batch_keys, chunk_keys, rows_with_hashes
     from msglake.samples.nsq import generate
 
     generate(str(tmp_path), 2000, max_bytes_per_file=32 << 10)
@@ -104,8 +106,17 @@ def test_the_drivers_decode_gives_the_same_rows_in_its_processes_as_in_its_own(t
     there = batch_keys(S.DriverReader(options).map(chunk_keys))
     assert len(here.hashes) > 1000 and here.framed == there.framed and here.table_partitions == there.table_partitions
     assert here.rows.equals(there.rows)
+    # A function of arguments given with it (functools.partial) reaches the processes too.
+    wanted = set(here.hashes[:5].tolist())
+    picked = S.DriverReader(options).map(functools.partial(rows_with_hashes, pa.array(sorted(wanted))))
+    where = [(r["segment"], r["segmentPosition"]) for b in picked for r in b.select(["segment", "segmentPosition"]).to_pylist()]
+    assert len(where) >= 5 and sorted(where) == sorted(
+        (r["segment"], r["segmentPosition"]) for h, r in zip(here.hashes.tolist(), here.rows.to_pylist()) if h in wanted)
     with pytest.raises(ValueError, match="invalid literal"):
         pool().map(int, [("12",), ("twelve",)])
+    # A task that cannot cross the pipe fails, and its process is replaced.
+    with pytest.raises(RuntimeError, match="decoding process failed a task"):
+        pool().map(int, [(lambda: 1,)])
     assert pool().map(int, [("12",), ("13",)]) == [12, 13]
     # A process that died is started again for the next call.
     pool()._procs[0].kill()
