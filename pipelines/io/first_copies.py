@@ -66,11 +66,16 @@ def _piece(oldest: dt.datetime, newest: dt.datetime, hashes, times) -> Piece:
     return Piece(oldest, newest, hashes[order], times[order])
 
 
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
 def _micros(t: dt.datetime) -> int:
     return (_utc(t) - EPOCH) // dt.timedelta(microseconds=1)
 
 
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+def store_micros(times: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Store times (an Arrow timestamp column) as microseconds since the epoch, as pieces keep them."""
+    return times.cast(pa.timestamp("us", "UTC")).cast(pa.int64()).to_numpy(zero_copy_only=False)
 
 
 def _utc(t: dt.datetime) -> dt.datetime:
@@ -115,8 +120,7 @@ class FirstCopies:
             self.version = None
             self.reads += 1
             read = self._window(spark, start).select(key_hash().alias("h"), "storeTimestamp").toArrow()
-            times = read.column("storeTimestamp").cast(pa.timestamp("us", "UTC")).cast(pa.int64())
-            times = times.to_numpy(zero_copy_only=False)
+            times = store_micros(read.column("storeTimestamp"))
             newest = start if not len(times) else EPOCH + dt.timedelta(microseconds=int(times.max()))
             piece = _piece(start, newest, read.column("h").to_numpy(zero_copy_only=False), times)
             self.pieces, self.low, self.version = [piece], start, version

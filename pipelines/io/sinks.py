@@ -20,12 +20,13 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, functions as F
 
 from msglake.errors import QualityRuleFailed
-from msglake.pipelines.io.first_copies import INDEX as FIRST_COPIES_INDEX, FirstCopies
+from msglake.pipelines.io.first_copies import INDEX as FIRST_COPIES_INDEX, FirstCopies, store_micros
 from msglake.pipelines.io.once import OnceWriter, log_version
 from msglake.quality import rules as R
 from msglake.schemas import MESSAGES_TABLE, QUARANTINE_TABLE
 from msglake.schemas.messages import DECODED_SCHEMA, DEDUP, DERIVED
 from msglake.schemas.quarantine import QUARANTINE_DETAIL, QUARANTINE_LOCATION
+from msglake.schemas.source import SOURCE_SCHEMA
 from msglake.schemas.spark import to_spark
 from msglake.transforms.dedup import KEY_COLUMNS, RETRY_LOCATION, RetryRule, arrow_keys, dedup_key, mark_retries, repeated
 
@@ -210,16 +211,18 @@ def _metrics(kind: Column, levels: dict[str, str]) -> list:
     ]
 
 
+#: The rows of :class:`BatchKeys`: each message's key hash, then ``transforms.dedup.KEY_COLUMNS``
+#: in the source schema's types.
+KEY_ROWS = pa.schema([pa.field("keyHash", pa.int64()), pa.field("dedupKey", pa.string()),
+                      *[SOURCE_SCHEMA.field(c) for c in KEY_COLUMNS[1:]]])
+
+
 @dataclass
 class BatchKeys:
     """What retry marking knows of a micro-batch from its rows decoded in the driver
     (``pipelines.io.source.DriverReader``), before Spark writes it: its messages' keys."""
 
-    #: ``transforms.dedup.key_hash`` of each message row with a key, and its store time
-    #: (microseconds since the epoch).
-    hashes: np.ndarray
-    times: np.ndarray
-    #: The same rows: ``keyHash`` and ``transforms.dedup.KEY_COLUMNS``.
+    #: Each message row with a key (:data:`KEY_ROWS`).
     rows: pa.Table
     #: Message rows (decoded; a quality rule may still hold some back), their bytes, and how many
     #: table partitions (topic, partition) they go to.
@@ -230,15 +233,25 @@ class BatchKeys:
     since: dt.datetime | None = None
     newest: dt.datetime | None = None
 
+    @cached_property
+    def hashes(self) -> np.ndarray:
+        """``transforms.dedup.key_hash`` of each row."""
+        return self.rows.column("keyHash").to_numpy()
+
+    @cached_property
+    def times(self) -> np.ndarray:
+        """The store time of each row, in microseconds since the epoch."""
+        return store_micros(self.rows.column("storeTimestamp"))
+
 
 def chunk_keys(batch: pa.RecordBatch) -> tuple:
     """One Arrow batch of a micro-batch's source rows -> what :func:`batch_keys` gathers of it
-    (run by the driver's reader threads)."""
+    (run by the driver's reader, in its pool's processes for a large batch)."""
     messages = pc.and_(pc.is_null(batch.column("reason")), pc.is_valid(batch.column("messageId")))
     made = arrow_keys(batch)
     keyed = pc.and_(messages, pc.is_valid(made.column("keyHash")))
     rows = pa.table([made.column("keyHash"), made.column("dedupKey"), *[batch.column(c) for c in KEY_COLUMNS[1:]]],
-                    names=["keyHash", *KEY_COLUMNS])
+                    schema=KEY_ROWS)
     if pc.sum(keyed).as_py() != len(rows):
         rows = rows.filter(keyed)
     spots = pa.table([batch.column("topic"), batch.column("partition")], names=["topic", "partition"])
@@ -257,13 +270,9 @@ def rows_with_hashes(wanted: pa.Array, batch: pa.RecordBatch) -> pa.RecordBatch:
 def batch_keys(chunks: list[tuple]) -> BatchKeys:
     """The :func:`chunk_keys` of a micro-batch's chunks as one :class:`BatchKeys`."""
     tables = [c[0] for c in chunks if len(c[0])]
-    rows = pa.concat_tables(tables) if tables else pa.table(
-        {"keyHash": pa.array([], pa.int64()), **{c: pa.array([], f) for c, f in zip(KEY_COLUMNS, (
-            pa.string(), pa.timestamp("us", "UTC"), pa.int32(), pa.string(), pa.int64()))}})
+    rows = pa.concat_tables(tables) if tables else KEY_ROWS.empty_table()
     spots = set().union(*(c[3] for c in chunks)) if chunks else set()
-    times = rows.column("storeTimestamp").cast(pa.timestamp("us", "UTC")).cast(pa.int64()).to_numpy()
-    out = BatchKeys(rows.column("keyHash").to_numpy(), times, rows, sum(c[1] for c in chunks),
-                    sum(c[2] for c in chunks), len(spots))
+    out = BatchKeys(rows, sum(c[1] for c in chunks), sum(c[2] for c in chunks), len(spots))
     if len(rows):
         low, high = pc.min_max(rows.column("storeTimestamp")).values()
         out.since, out.newest = low.as_py(), high.as_py()
