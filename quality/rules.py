@@ -97,10 +97,22 @@ def _body_size(ctx: RuleContext) -> Column:
                                   F.lit(ctx.max_message_bytes)))
 
 
+def rocketmq_id(value: Column) -> Column:
+    """True where ``value`` is a RocketMQ id (:data:`ROCKETMQ_ID`: 32, 34 or 56 hex digits), False
+    elsewhere, a null included.
+
+    By its length and ``unhex``, which is null for a character that is no hex digit: not by the
+    regular expression, which Spark matches on a Java string made of every row's value: the two
+    id checks of a RocketMQ row by ``rlike`` cost 0.74 s per 1.19M rows on two cores, this way
+    0.05 s (``benchmarks/bench_rules.py``). Stricter than the expression in one way: Java's ``$``
+    also matches before a final line break, which no id has."""
+    return F.octet_length(value).isin(32, 34, 56) & F.unhex(value).isNotNull()
+
+
 def _ids(ctx: RuleContext) -> Column:
     rocketmq = F.col("sourceFormat") == "rocketmq_commitlog"
-    message_id_ok = F.when(rocketmq, F.col("messageId").rlike(ROCKETMQ_ID)).otherwise(F.col("messageId").rlike(NSQ_ID))
-    unique_id_ok = F.col("uniqueId").isNull() | ~rocketmq | F.col("uniqueId").rlike(ROCKETMQ_ID)
+    message_id_ok = F.when(rocketmq, rocketmq_id(F.col("messageId"))).otherwise(F.col("messageId").rlike(NSQ_ID))
+    unique_id_ok = F.col("uniqueId").isNull() | ~rocketmq | rocketmq_id(F.col("uniqueId"))
     return (
         F.when(F.col("messageId").isNull(), F.lit("messageId is missing"))
         .when(~message_id_ok, F.format_string("malformed messageId %s", F.col("messageId")))

@@ -116,3 +116,27 @@ def test_unknown_rule_or_level_fails_naming_the_key():
     assert "quality.rules.priorty_range: unknown key" in text
     assert "quality.rules.topic_name: Input should be 'off', 'warn', 'quarantine' or 'fail'" in text
     assert "quality.clockSkewMs" in text
+
+
+def test_rocketmq_id_check_is_the_documented_pattern(spark):
+    # rocketmq_id decides by length and unhex, not by ROCKETMQ_ID's regex: both must agree with
+    # the pattern (Python's fullmatch, where Java's $ would also pass a final line break).
+    import random
+    import re
+
+    rng = random.Random(18)
+    edge = ["", "0", "\n", RMQ_ID, RMQ_ID.lower(), RMQ_ID + "\n", " " + RMQ_ID, RMQ_ID[:-1] + "G", RMQ_ID[:-1] + "é",
+            RMQ_ID[:-1] + "\uff10", "01" + "ab" * 16, "AB" * 28, "AB" * 28 + "0", "AB" * 15 + "A", "0x" + "0" * 30]
+    made = []
+    for _ in range(400):  # hex digits of a length near the valid ones, half with one other character in
+        chars = [rng.choice("0123456789abcdefABCDEF") for _ in range(rng.choice([31, 32, 33, 34, 55, 56, 57]))]
+        if rng.random() < 0.5:
+            chars[rng.randrange(len(chars))] = rng.choice("gG -+.\n\u00e9\u0660\uff10\x00")
+        made.append("".join(chars))
+    values = edge + made
+    df = spark.createDataFrame([(v,) for v in values] + [(None,)], "v string")
+    got = {r["v"]: r["ok"] for r in df.select("v", R.rocketmq_id(F.col("v")).alias("ok")).collect()}
+    pattern = re.compile(r"[0-9A-Fa-f]{32}|[0-9A-Fa-f]{34}|[0-9A-Fa-f]{56}")
+    assert got.pop(None) is False  # no id at all is no RocketMQ id (rlike gave null)
+    assert {v: bool(pattern.fullmatch(v)) for v in values} == got
+    assert sum(got.values()) > 20  # the random values hit both answers
