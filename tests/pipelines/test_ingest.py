@@ -159,7 +159,7 @@ def test_retries_of_an_earlier_batch_of_the_same_run_are_marked_from_what_the_si
     sink = DeltaSink("test-app", paths["messages"], paths["quarantine"], dedup_watermark_seconds=600)
     for batch, ((df, rows), _) in enumerate(batches):
         sink(df, batch, rows)
-    assert sink.firsts.reads == 1  # batches 1 and 2 decided from the first copies kept since batch 0
+    assert sink.firsts.reads == 0  # the table was new at batch 0; batches 1 and 2 decided from its first copies kept
     # Batch 0 repeats no key: the driver knows it has no retry. Batch 1 repeats one of batch 0,
     # batch 2 one of its own and one of each earlier batch: both decided by Spark.
     assert sink.without_decision == 1
