@@ -775,40 +775,53 @@ class RocketMqCommitLogCodec(NativeCodec):
 
     # ---------------------------------------------------------------- planning
 
-    def _walk_file(self, root: str, seg: SegmentInfo, start: int, end: int):
-        """Record boundaries from ``start``: yields (position after a record, records so far)."""
+    def _record_ends(self, root: str, seg: SegmentInfo, start: int, end: int):
+        """Record boundaries from ``start``, a chunk's at a time: yields the positions after its
+        records (an increasing int64 array)."""
         fd = os.open(os.path.join(root, seg.path), os.O_RDONLY)
         try:
             size = os.fstat(fd).st_size
             end = min(end, size)
-            pos, count = start, 0
+            pos = start
             while pos < end:
                 data = os.pread(fd, min(end - pos, self.chunk_bytes), pos)
                 if len(data) < min(end - pos, self.chunk_bytes):
                     return  # the file shrank: the decoder reports what is gone
                 fr = walk(data, 0, len(data), end - pos, (seg.start_virtual or 0) + pos, size - pos, self._core)
-                for ln in fr.lengths.tolist():
-                    pos += ln
-                    count += 1
-                    yield pos, count
+                if len(fr.lengths):
+                    ends = pos + np.cumsum(fr.lengths, dtype=np.int64)
+                    pos = int(ends[-1])
+                    yield ends
                 if fr.kind == "incomplete" and fr.stop == 0:
                     pos += fr.need  # one record larger than a chunk (the decoder checks it)
-                    count += 1
-                    yield pos, count
+                    yield np.array([pos], np.int64)
                 elif fr.kind != "end" and fr.kind != "incomplete":
                     return  # the decoder handles the rest in one go
         finally:
             os.close(fd)
 
+    def _walk_file(self, root: str, seg: SegmentInfo, start: int, end: int):
+        """Record boundaries from ``start``: yields (position after a record, records so far)."""
+        count = 0
+        for ends in self._record_ends(root, seg, start, end):
+            for pos in ends.tolist():
+                count += 1
+                yield pos, count
+
     def split_points(self, root: str, seg: SegmentInfo, start: int, end: int, target: int) -> list[int]:
-        """Record boundaries inside ``(start, end)`` about ``target`` bytes apart."""
+        """Record boundaries inside ``(start, end)`` about ``target`` bytes apart: each the first
+        at least ``target`` past the one before. Found a chunk's boundaries at a time (a step per
+        record in Python was most of planning a batch over a large file: 0.3 s per 1.19M records)."""
         if seg.whole_file or end - start <= target:
             return []
         cuts, mark = [], start
-        for pos, _ in self._walk_file(root, seg, start, end):
-            if pos - mark >= target and pos < end:
-                cuts.append(pos)
-                mark = pos
+        for ends in self._record_ends(root, seg, start, end):
+            while True:
+                i = int(np.searchsorted(ends, mark + target))
+                if i == len(ends) or ends[i] >= end:
+                    break
+                mark = int(ends[i])
+                cuts.append(mark)
         return cuts
 
     def advance(

@@ -448,6 +448,14 @@ def test_split_points_and_advance_stop_on_record_boundaries(sample):
     boundaries = set((fr.positions + fr.lengths).tolist())
     cuts = codec.split_points(str(root), seg, 0, seg.committed_end, 10_000)
     assert len(cuts) >= 5 and set(cuts) <= boundaries
+    # Each cut is the first boundary at least the target past the one before, whatever the chunks.
+    want, mark = [], 0
+    for pos in sorted(boundaries):
+        if pos - mark >= 10_000 and pos < seg.committed_end:
+            want.append(pos)
+            mark = pos
+    assert cuts == want
+    assert RocketMqCommitLogCodec(chunk_bytes=4096).split_points(str(root), seg, 0, seg.committed_end, 10_000) == want
     stop, n = codec.advance(str(root), seg, 0, seg.committed_end, 5_000, None)
     assert stop in boundaries and stop <= 5_000 + max(fr.lengths) and n >= 1
     stop, n = codec.advance(str(root), seg, 0, seg.committed_end, None, 3)
