@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession, functions as F
 
-from msglake.pipelines.io.once import commit_file, commit_metadata, log_version, marked_batch
+from msglake.pipelines.io.once import commit_metadata, log_version, made_empty, marked_batch
 from msglake.transforms.dedup import KEY_COLUMNS, key_hash
 
 #: More pieces than this are merged into one (each is searched for every batch's hashes).
@@ -118,7 +118,7 @@ class FirstCopies:
             # write see a version other than this one's successor, and the pieces start again.
             version = log_version(self.path)
             self.version = None
-            if version == 0 and not _adds_files(self.path, 0):
+            if version == 0 and made_empty(self.path):
                 # The table as made, without a row (an ingest's first run): nothing to read, and
                 # no Spark job (0.4-0.6 s of a first micro-batch).
                 times, hashes = np.array([], np.int64), np.array([], np.int64)
@@ -239,16 +239,6 @@ class FirstCopies:
             self.pieces, self.low, self.version = [_piece(low, newest, kept[0], kept[1])], low, version
         else:
             self.notes.append(f"the first copies saved in {self.index} are incomplete; they were read from the table")
-
-
-def _adds_files(path: str, version: int) -> bool:
-    """Whether commit ``version`` of the table's local log adds a data file (True when it cannot
-    be read: the caller then reads the table)."""
-    try:
-        with open(commit_file(path, version)) as f:
-            return any("add" in json.loads(line) for line in f if line.strip())
-    except (OSError, ValueError):
-        return True
 
 
 def _remove(path: str) -> None:

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pyarrow as pa
 from pyspark.sql import functions as F
 
 from msglake.formats.rocketmq_offsets import read_snapshot
 from msglake.pipelines.io.catalog import ensure_table
+from msglake.pipelines.io.once import made_empty
 from msglake.pipelines.settings import Settings, SourceSettings
 from msglake.schemas import CONSUMER_OFFSETS_SCHEMA, CONSUMER_OFFSETS_TABLE
 
@@ -16,7 +18,8 @@ from msglake.schemas import CONSUMER_OFFSETS_SCHEMA, CONSUMER_OFFSETS_TABLE
 class ConsumerOffsetRecorder:
     """Appends the broker's consumer offsets to ``consumer_offsets`` each time its file changed.
 
-    Called after every micro-batch and at the end of a run. A snapshot is identified by the
+    Called at the start of a run (in the background, :meth:`record_soon`), after every
+    micro-batch and at the end of the run. A snapshot is identified by the
     file's modification time: one already in the table (for this source) is not written
     again, so re-runs add nothing.
     """
@@ -28,6 +31,7 @@ class ConsumerOffsetRecorder:
         self._path: str | None = None
         self._lock = threading.Lock()
         self.rows_written = 0
+        self._early: Future | None = None
         self.problems: list[str] = []
 
     @property
@@ -35,8 +39,23 @@ class ConsumerOffsetRecorder:
         """The table's location, once a snapshot was looked for in an existing offsets file."""
         return self._path
 
+    def record_soon(self) -> None:
+        """Start a :meth:`record` in the background: the ingest job's first, made while its query
+        starts (the source's Python process takes 1-2 s to start, the driver waits; the snapshot's
+        table, its read and its write cost a RocketMQ ingest 1.0-1.4 s after its first batch).
+        The next :meth:`record` waits for it and raises what it raised."""
+        pool = ThreadPoolExecutor(1, thread_name_prefix="msglake-offsets")
+        self._early = pool.submit(self._record)
+        pool.shutdown(wait=False)
+
     def record(self) -> int:
-        """Write a snapshot if the offsets file changed; returns the rows written."""
+        """Write a snapshot if the offsets file changed; returns the rows written (by this call and
+        by a :meth:`record_soon` still running)."""
+        early, self._early = self._early, None
+        made = early.result() if early is not None else 0
+        return made + self._record()
+
+    def _record(self) -> int:
         with self._lock:
             try:
                 snap = read_snapshot(self.src.path)
@@ -49,6 +68,8 @@ class ConsumerOffsetRecorder:
             if self._path is None:
                 self._path = ensure_table(self.spark, self.settings, CONSUMER_OFFSETS_TABLE)
             path = self._path
+            if not self._loaded and made_empty(path):
+                self._last, self._loaded = None, True  # a table just made: no snapshot to read
             if not self._loaded:
                 # As epoch microseconds: collected timestamps would come back in the local zone.
                 last = (

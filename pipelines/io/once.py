@@ -147,6 +147,18 @@ def commit_metadata(path: str, version: int) -> str | None:
     return None
 
 
+def made_empty(path: str) -> bool:
+    """Whether the Delta table at ``path`` is as it was made, without a row: its local log holds
+    version 0 only, and that commit adds no file (False when the log cannot be read)."""
+    if log_version(path) != 0:
+        return False
+    try:
+        with open(commit_file(path, 0)) as f:
+            return not any("add" in json.loads(line) for line in f if line.strip())
+    except (OSError, ValueError):
+        return False
+
+
 def log_version(path: str) -> int | None:
     """The newest version in a Delta table's log on a local file system (None: no log there)."""
     try:

@@ -158,6 +158,8 @@ def run(
     tables = {spec.name: ensure_table(spark, settings, spec) for spec in (MESSAGES_TABLE, QUARANTINE_TABLE)}
     counts = RunCounts()
     offsets = ConsumerOffsetRecorder(spark, settings, src) if src.format == "rocketmq-commitlog" else None
+    if offsets is not None:
+        offsets.record_soon()
     reader = DriverReader(source_options(spark, settings, src))
     if settings.ingest.dedupWatermarkSeconds > 0:
         reader.warm()

@@ -10,7 +10,7 @@ import numpy as np
 from pyspark.sql import functions as F
 
 from msglake.pipelines.io.first_copies import EPOCH, MAX_PIECES, FirstCopies
-from msglake.pipelines.io.once import OnceWriter, log_version
+from msglake.pipelines.io.once import OnceWriter, log_version, made_empty
 from msglake.transforms.dedup import key_hash, repeated
 
 T0 = dt.datetime(2026, 1, 1)
@@ -140,3 +140,19 @@ def test_first_copies_kept_between_batches_stand_for_the_tables_window(spark, tm
     assert firsts.reads == 3
     [row] = firsts.rows(spark, since, _hashes(spark.createDataFrame([(theirs,)], "dedupKey string"))).collect()
     assert tuple(row) == (theirs, T0 + dt.timedelta(seconds=200), 0, "seg", 999)
+
+
+def test_a_table_is_made_empty_until_a_commit_adds_a_file(spark, tmp_path):
+    # What lets the first batch of an ingest skip reading first copies and consumer offsets.
+    from msglake.pipelines.io.catalog import ensure_table
+    from msglake.schemas import MESSAGES_TABLE
+    from tests.conftest import make_settings
+
+    path = ensure_table(spark, make_settings(tmp_path / "lake"), MESSAGES_TABLE)
+    assert log_version(path) == 0 and made_empty(path)
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('msglake.test' = '1')")
+    assert log_version(path) == 1 and not made_empty(path)  # no file added, but no longer as made
+    written = str(tmp_path / "written")
+    spark.createDataFrame([_message("k", 0, 1)], SCHEMA).write.format("delta").save(written)
+    assert log_version(written) == 0 and not made_empty(written)
+    assert not made_empty(str(tmp_path / "nothing-here"))
