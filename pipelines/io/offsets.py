@@ -48,9 +48,18 @@ class ConsumerOffsetRecorder:
         self._early = pool.submit(self._record)
         pool.shutdown(wait=False)
 
+    def settle(self) -> None:
+        """Wait for a :meth:`record_soon` not waited for yet, ignoring its failure: a run that
+        fails (before its first batch, say) raises its own error, and leaves no snapshot being
+        written behind it. (Its snapshot may then be in the table: one of the broker's file as
+        it was, which a later run would not write again.)"""
+        early, self._early = self._early, None
+        if early is not None:
+            early.exception()
+
     def record(self) -> int:
-        """Write a snapshot if the offsets file changed; returns the rows written (by this call and
-        by a :meth:`record_soon` still running)."""
+        """Write a snapshot if the offsets file changed; returns the rows written by this call and
+        by a :meth:`record_soon` not waited for before."""
         early, self._early = self._early, None
         made = early.result() if early is not None else 0
         return made + self._record()

@@ -160,40 +160,45 @@ def run(
     offsets = ConsumerOffsetRecorder(spark, settings, src) if src.format == "rocketmq-commitlog" else None
     if offsets is not None:
         offsets.record_soon()
-    reader = DriverReader(source_options(spark, settings, src))
-    if settings.ingest.dedupWatermarkSeconds > 0:
-        reader.warm()
-    sink = _LazySink(src.name, checkpoint, tables, counts, settings.ingest.dedupWatermarkSeconds, reader, offsets,
-                     dict(rules=settings.quality.rule_context(settings.policies), levels=settings.quality.levels(),
-                          raw_reader=raw_record_reader(src.format, os.path.abspath(src.path), src.codec_options())))
-    listener = None
-    if progress is not None:
-        progress.counts = counts
-        listener = progress.listener()
-        spark.streams.addListener(listener)
-    started = time.monotonic()
-    writer = (
-        source_reader(spark, settings, src)
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", checkpoint)
-        .queryName(f"msglake-ingest-{src.name}")
-    )
-    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=interval)
-    query = writer.start()
     try:
-        wait_or_stop(query, stop, stop_timeout)
-    except Exception:
-        if sink.failure is not None:
-            raise sink.failure from None  # the rule's own message, not Spark's wrapped traceback
+        reader = DriverReader(source_options(spark, settings, src))
+        if settings.ingest.dedupWatermarkSeconds > 0:
+            reader.warm()
+        sink = _LazySink(src.name, checkpoint, tables, counts, settings.ingest.dedupWatermarkSeconds, reader, offsets,
+                         dict(rules=settings.quality.rule_context(settings.policies), levels=settings.quality.levels(),
+                              raw_reader=raw_record_reader(src.format, os.path.abspath(src.path), src.codec_options())))
+        listener = None
+        if progress is not None:
+            progress.counts = counts
+            listener = progress.listener()
+            spark.streams.addListener(listener)
+        started = time.monotonic()
+        writer = (
+            source_reader(spark, settings, src)
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", checkpoint)
+            .queryName(f"msglake-ingest-{src.name}")
+        )
+        writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=interval)
+        query = writer.start()
+        try:
+            wait_or_stop(query, stop, stop_timeout)
+        except Exception:
+            if sink.failure is not None:
+                raise sink.failure from None  # the rule's own message, not Spark's wrapped traceback
+            raise
+        finally:
+            if listener is not None:
+                # Progress events reach the listener asynchronously: let the last one arrive.
+                done = [p["batchId"] for p in query.recentProgress if p.get("numInputRows")]
+                if done:
+                    progress.wait_for(max(done))
+                spark.streams.removeListener(listener)
+        notes = sink.finish(spark)  # the query has stopped (wait_or_stop returns only then)
+    except BaseException:
+        if offsets is not None:
+            offsets.settle()  # no snapshot is left being written after the run
         raise
-    finally:
-        if listener is not None:
-            # Progress events reach the listener asynchronously: let the last one arrive.
-            done = [p["batchId"] for p in query.recentProgress if p.get("numInputRows")]
-            if done:
-                progress.wait_for(max(done))
-            spark.streams.removeListener(listener)
-    notes = sink.finish(spark)  # the query has stopped (wait_or_stop returns only then)
     if offsets is not None:
         offsets.record()  # consumers may have moved even when no message arrived
         if offsets.path is not None:

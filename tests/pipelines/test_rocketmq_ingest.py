@@ -175,3 +175,30 @@ def test_an_older_table_gains_the_new_columns(spark, tmp_path):
     spark.createDataFrame([], to_spark(pa.schema(old))).write.format("delta").partitionBy("topic", "partition").save(path)
     ensure_table(spark, settings, MESSAGES_TABLE)
     assert {"systemCopy", "transactionState"} <= set(spark.read.format("delta").load(path).columns)
+
+
+
+def test_the_background_offsets_snapshot_is_waited_for(spark, tmp_path):
+    # An ingest's first snapshot is written in the background while its query starts (record_soon);
+    # the next record() waits for it, and a run that fails settles it: nothing left being written.
+    from msglake.pipelines.io.offsets import ConsumerOffsetRecorder
+
+    store = tmp_path / "store"
+    generate(str(store), 300, file_size=128 << 10)
+    settings = make_settings(tmp_path / "lake", store, fmt="rocketmq-commitlog")
+    recorder = ConsumerOffsetRecorder(spark, settings, settings.source())
+    recorder.record_soon()
+    recorder.settle()
+    assert not [t for t in threading.enumerate() if t.name.startswith("msglake-offsets")]
+    written = spark.read.format("delta").load(settings.lake.table_path("consumer_offsets")).count()
+    assert written == recorder.rows_written > 0
+    assert recorder.record() == 0  # the same file: not written again
+    # Its failure: settle() leaves it to the run's own error; record() raises it.
+    (tmp_path / "taken").write_text("a file where the lake should be")
+    blocked = make_settings(tmp_path / "taken" / "lake", store, fmt="rocketmq-commitlog")
+    failing = ConsumerOffsetRecorder(spark, blocked, blocked.source())
+    failing.record_soon()
+    failing.settle()
+    failing.record_soon()
+    with pytest.raises(Exception):
+        failing.record()
