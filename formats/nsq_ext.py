@@ -615,6 +615,7 @@ class NsqExtCodec(NativeCodec):
         """Record boundaries inside ``(start, end)`` about ``target`` bytes apart."""
         if seg.whole_file or end - start <= target:
             return []
+        target = max(target, 1)  # each cut past the one before
         fd = os.open(os.path.join(root, seg.path), os.O_RDONLY)
         try:
             walk = _Boundaries(fd, start, end, self._core, self.chunk_bytes)

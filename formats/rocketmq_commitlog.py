@@ -814,6 +814,7 @@ class RocketMqCommitLogCodec(NativeCodec):
         record in Python was most of planning a batch over a large file: 0.3 s per 1.19M records)."""
         if seg.whole_file or end - start <= target:
             return []
+        target = max(target, 1)  # each cut past the one before
         cuts, mark = [], start
         for ends in self._record_ends(root, seg, start, end):
             while True:

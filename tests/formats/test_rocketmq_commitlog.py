@@ -455,7 +455,10 @@ def test_split_points_and_advance_stop_on_record_boundaries(sample):
             want.append(pos)
             mark = pos
     assert cuts == want
-    assert RocketMqCommitLogCodec(chunk_bytes=4096).split_points(str(root), seg, 0, seg.committed_end, 10_000) == want
+    small = RocketMqCommitLogCodec(chunk_bytes=1024)  # some records are larger than a chunk
+    assert max(fr.lengths) > 1024 and small.split_points(str(root), seg, 0, seg.committed_end, 10_000) == want
+    every = sorted(b for b in boundaries if b < seg.committed_end)
+    assert codec.split_points(str(root), seg, 0, seg.committed_end, 0) == every  # a cut at every record
     stop, n = codec.advance(str(root), seg, 0, seg.committed_end, 5_000, None)
     assert stop in boundaries and stop <= 5_000 + max(fr.lengths) and n >= 1
     stop, n = codec.advance(str(root), seg, 0, seg.committed_end, None, 3)
