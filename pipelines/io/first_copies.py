@@ -118,7 +118,7 @@ class FirstCopies:
             # write see a version other than this one's successor, and the pieces start again.
             version = log_version(self.path)
             self.version = None
-            if version == 0 and made_empty(self.path):
+            if made_empty(self.path):
                 # The table as made, without a row (an ingest's first run): nothing to read, and
                 # no Spark job (0.4-0.6 s of a first micro-batch).
                 times, hashes = np.array([], np.int64), np.array([], np.int64)

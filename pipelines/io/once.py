@@ -133,15 +133,23 @@ def commit_file(path: str, version: int) -> str:
     return os.path.join(path, "_delta_log", f"{version:020d}.json")
 
 
+def _actions(path: str, version: int):
+    """The actions of commit ``version`` in a Delta table's local log, one dict each (raises
+    OSError when there is no such commit, ValueError for a line that is no JSON)."""
+    with open(commit_file(path, version)) as f:
+        for line in f:
+            if line.strip():
+                yield json.loads(line)
+
+
 def commit_metadata(path: str, version: int) -> str | None:
     """The ``userMetadata`` of commit ``version`` in a Delta table's local log (None: no such
     commit, or none given); a :class:`OnceWriter` commit's is ``"<app id>:<batch id>"``."""
     try:
-        with open(commit_file(path, version)) as f:
-            for line in f:
-                info = json.loads(line).get("commitInfo")
-                if info is not None:
-                    return info.get("userMetadata")
+        for action in _actions(path, version):
+            info = action.get("commitInfo")
+            if info is not None:
+                return info.get("userMetadata")
     except (OSError, ValueError):
         pass
     return None
@@ -153,8 +161,7 @@ def made_empty(path: str) -> bool:
     if log_version(path) != 0:
         return False
     try:
-        with open(commit_file(path, 0)) as f:
-            return not any("add" in json.loads(line) for line in f if line.strip())
+        return not any("add" in action for action in _actions(path, 0))
     except (OSError, ValueError):
         return False
 

@@ -177,7 +177,6 @@ def test_an_older_table_gains_the_new_columns(spark, tmp_path):
     assert {"systemCopy", "transactionState"} <= set(spark.read.format("delta").load(path).columns)
 
 
-
 def test_the_background_offsets_snapshot_is_waited_for(spark, tmp_path):
     # An ingest's first snapshot is written in the background while its query starts (record_soon);
     # the next record() waits for it, and a run that fails settles it: nothing left being written.
