@@ -22,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 from bench_semantics_lag import TOPICS, settings_for  # benchmarks/ is on sys.path when a script in it runs
+from jvm_work import JvmWork, line
 from results_file import write
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,22 +64,26 @@ def main() -> int:
             w.put(b"warm-up")
     writers = [NsqQueueWriter(str(root / "nsq"), t, part, first_message_id=10) for t in TOPICS for part in (0, 1)]
     rounds, n = [], 0
+    work = JvmWork(spark)
     for r in range(args.rounds):
         for _ in range(args.messages):
             writers[n % len(writers)].put(b"m-%d-" % n + b"x" * 200)
             n += 1
         for w in writers:
             w.flush()
-        a = time.monotonic()
+        a, w0 = time.monotonic(), work.now()
         ingest.run(spark, settings, available_now=True)
-        b, since = time.monotonic(), time.time() * 1000
+        b, since, w1 = time.monotonic(), time.time() * 1000, work.now()
         summary = semantics.run(spark, settings, available_now=True, lateness_seconds=0)
         c = time.monotonic()
         rounds.append({"ingest_s": b - a, "semantics_s": c - b, "jobs": job_count(spark, since),
-                       "events": summary.events, "pending": summary.pending, "dormant": summary.dormant})
+                       "events": summary.events, "pending": summary.pending, "dormant": summary.dormant,
+                       "ingest_jvm": {k: w1[k] - w0[k] for k in w0},
+                       "semantics_jvm": work.since(w1)})
         print(f"round {r}: ingest {b - a:.2f}s, semantics {c - b:.2f}s in {rounds[-1]['jobs']} Spark jobs; "
               f"{summary.events:,} state changes logged, {summary.pending:,} copies pending "
-              f"({summary.dormant:,} dormant)", flush=True)
+              f"({summary.dormant:,} dormant)\n  ingest: {line(rounds[-1]['ingest_jvm'])}\n"
+              f"  semantics: {line(rounds[-1]['semantics_jvm'])}", flush=True)
     for w in writers:
         w.close()
     write("semantics-batch", {"messages_per_round": args.messages, "rounds": rounds})

@@ -138,6 +138,51 @@ def test_small_trigger_budget_runs_several_bounded_batches_with_the_same_result(
     assert dictionary["sourceFormat"] > 0 and dictionary["storeHost"] > 0
 
 
+def test_each_batch_is_stamped_with_one_time_and_its_id_on_both_tables(spark, tmp_path):
+    data = tmp_path / "nsq"
+    truth = generate(str(data), 1500, max_bytes_per_file=64 << 10)
+    settings = make_settings(tmp_path / "lake", data, maxBytesPerTrigger=150_000, splitBytes=40_000)
+    started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    summary = ingest(spark, settings)
+    ended = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    assert summary.batches >= 3 and summary.quarantined == len(truth.quarantined) > 0
+    stamps = {}
+    for table, at in (("messages", "ingestedAt"), ("quarantine", "quarantinedAt")):
+        rows = (spark.read.format("delta").load(settings.lake.table_path(table)).groupBy("ingestBatchId")
+                .agg(F.min(at).alias("first"), F.max(at).alias("last"), F.count("*").alias("n")).collect())
+        assert all(r.first == r.last for r in rows), table  # one time per batch
+        stamps[table] = {r.ingestBatchId: r.first for r in rows}
+    assert set(stamps["messages"]) == set(range(summary.batches))
+    times = [stamps["messages"][b] for b in sorted(stamps["messages"])]
+    assert times == sorted(times) and started <= times[0] and times[-1] <= ended
+    # A batch's quarantine rows are written after its messages, in the same batch.
+    assert all(stamps["messages"][b] <= t for b, t in stamps["quarantine"].items())
+
+
+def test_a_batch_write_reuses_the_code_spark_generated_for_the_last(spark, tmp_path):
+    """The batch's id and time are no literals in the write's plan: Spark would write their values
+    into the code it generates and compile every batch's anew (then the JVM, its machine code)."""
+    data = tmp_path / "nsq"
+    generate(str(data), 300, max_bytes_per_file=64 << 10)
+    sink = DeltaSink("test-app", "unused", "unused", dedup_watermark_seconds=600)
+    df = sink.checked(read(spark, data)[0])
+    compiled = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+
+    def write(batch_id):
+        before = compiled.getCount()
+        for frame in sink.plan.split(df, batch_id, marked=True):
+            frame.write.format("noop").mode("overwrite").save()
+        return compiled.getCount() - before
+
+    write(11)
+    assert write(12) == 0
+    # The counter sees a plan whose literal is new (else the test could not fail).
+    before = compiled.getCount()
+    df.select("topic", F.lit(dt.datetime.now().microsecond * 1000 + 7).alias("x")).write.format("noop").mode(
+        "overwrite").save()
+    assert compiled.getCount() > before
+
+
 # Each batch's retries are decided from its keys made in the driver: a batch that repeats no key
 # runs no Spark job to decide (the first has no retry, its write joins none); the others have some,
 # of an earlier batch (its first copy read from the table) and of their own.

@@ -1,0 +1,34 @@
+"""What a Spark run cost the driver JVM besides running tasks: the classes Spark generated and
+compiled (Janino), the time the JVM's JIT compilers spent, its garbage collection, its CPU.
+
+    work = JvmWork(spark); before = work.now(); ...; print(work.since(before))
+
+In local mode the driver JVM runs the tasks too, so its JIT competes with them for the cores."""
+from __future__ import annotations
+
+import os
+
+
+class JvmWork:
+    def __init__(self, spark):
+        jvm = spark._jvm
+        self._mf = jvm.java.lang.management.ManagementFactory
+        self._codegen = jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+        self._stat = f"/proc/{jvm.java.lang.ProcessHandle.current().pid()}/stat"
+        self._tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+
+    def now(self) -> dict:
+        with open(self._stat) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return {"classesCompiled": self._codegen.getCount(),
+                "jitMs": self._mf.getCompilationMXBean().getTotalCompilationTime(),
+                "gcMs": sum(b.getCollectionTime() for b in self._mf.getGarbageCollectorMXBeans()),
+                "cpuMs": round((int(fields[11]) + int(fields[12])) * self._tick_ms)}
+
+    def since(self, before: dict) -> dict:
+        return {k: v - before[k] for k, v in self.now().items()}
+
+
+def line(work: dict) -> str:
+    return (f"{work['classesCompiled']} classes generated, JIT {work['jitMs'] / 1000:.1f} s, "
+            f"GC {work['gcMs'] / 1000:.1f} s, JVM CPU {work['cpuMs'] / 1000:.1f} s")
