@@ -1,5 +1,6 @@
 """What a Spark run cost the driver JVM besides running tasks: the classes Spark generated and
-compiled (Janino), the time the JVM's JIT compilers spent, its garbage collection, its CPU.
+compiled (Janino: its compile calls, one generated class each), the JIT compilers' compile time
+(summed over their threads), its garbage collection, its CPU (user and system).
 
     work = JvmWork(spark); before = work.now(); ...; print(work.since(before))
 
@@ -30,5 +31,5 @@ class JvmWork:
 
 
 def line(work: dict) -> str:
-    return (f"{work['classesCompiled']} classes generated, JIT {work['jitMs'] / 1000:.1f} s, "
+    return (f"{work['classesCompiled']} classes generated, JIT compile time {work['jitMs'] / 1000:.1f} s, "
             f"GC {work['gcMs'] / 1000:.1f} s, JVM CPU {work['cpuMs'] / 1000:.1f} s")

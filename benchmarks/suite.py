@@ -31,8 +31,8 @@ files the suite measures:
 
 Each session is warmed up before its timed runs by an untimed ingest of a smaller set, with the
 defaults too when they are measured (a session's first ingest with them took 34-43 s against
-25-31 s for the next, 1M RocketMQ messages: the JIT compiles their code paths, 32 s of CPU
-against 15 s), and an untimed Parquet -> Delta write. Every Spark run records what it cost the
+25-31 s for the next, 1M RocketMQ messages: the JIT compiles their code paths, 32 s of compile
+time against 15 s), and an untimed Parquet -> Delta write. Every Spark run records what it cost the
 JVM (benchmarks/jvm_work.py) and checks the rows it wrote against the messages generated. Writes
 benchmarks/results/suite-<timestamp>.json and .md (machine, one table per format, the ratios
 of issue 7 next to their targets) and prints the Markdown. ``--quick``: sizes 20,000 and
@@ -77,6 +77,8 @@ SAMPLE_SECONDS = 0.2
 MEMORY_MARK = "SUITE-MEMORY "
 #: Issue 7's targets.
 TARGET_CEILING, TARGET_DECODE, TARGET_FLAT, TARGET_CORES, TARGET_MEMORY = 0.8, 2_000_000, 0.15, 1.7, 0.15
+#: Issue 19's: ingest with the default settings >= TARGET_CEILING x the ceiling, at this size.
+TARGET_DEFAULTS_SIZE = 4_000_000
 #: Issue 18's: msglake's decode at least as fast as RocketMQ's own Java decoder, both on one core.
 TARGET_PEER = 1.0
 #: The format whose broker ships a decoder to compare with (RocketMQ's ``MessageDecoder``).
@@ -505,8 +507,11 @@ def ratios(fr: dict) -> dict:
     out = {}
     if "ingest" in last and "ceiling" in last:
         out["ingestOverCeiling"] = last["ingest"]["messagesPerS"] / last["ceiling"]["messagesPerS"]
-    if "defaults" in last and "ceiling" in last:
-        out["defaultsOverCeiling"] = last["defaults"]["messagesPerS"] / last["ceiling"]["messagesPerS"]
+    # Issue 19's target is set at 4M messages: judged there when that size ran.
+    at = str(TARGET_DEFAULTS_SIZE) if str(TARGET_DEFAULTS_SIZE) in sizes else large
+    if "defaults" in sizes[at] and "ceiling" in sizes[at]:
+        out["defaultsOverCeiling"] = sizes[at]["defaults"]["messagesPerS"] / sizes[at]["ceiling"]["messagesPerS"]
+        out["defaultsOverCeilingSize"] = int(at)
     if "decode" in last:
         out["decodeMessagesPerS"] = last["decode"]["messagesPerS"]
         if "rawRead" in last:
@@ -627,9 +632,10 @@ def _ratio_table(fr: dict) -> list[str]:
         out.append(f"| ingest / engine ceiling, msg/s ({large}) | {r['ingestOverCeiling']:.2f} | >= {TARGET_CEILING} | "
                    f"{_verdict(r['ingestOverCeiling'] >= TARGET_CEILING)} |")
     if "defaultsOverCeiling" in r:
-        out.append(f"| ingest with the default settings / engine ceiling, msg/s ({large}) | "
-                   f"{r['defaultsOverCeiling']:.2f} | >= {TARGET_CEILING} at 4,000,000 (issue 19) | "
-                   f"{_verdict(r['defaultsOverCeiling'] >= TARGET_CEILING)} |")
+        judged = r["defaultsOverCeilingSize"] == TARGET_DEFAULTS_SIZE
+        out.append(f"| ingest with the default settings / engine ceiling, msg/s ({r['defaultsOverCeilingSize']:,}) | "
+                   f"{r['defaultsOverCeiling']:.2f} | >= {TARGET_CEILING} at {TARGET_DEFAULTS_SIZE:,} (issue 19) | "
+                   f"{_verdict(r['defaultsOverCeiling'] >= TARGET_CEILING) if judged else 'not judged at this size'} |")
     if "decodeMessagesPerS" in r:
         out.append(f"| decode msg/s on one core ({large}) | {_n(r['decodeMessagesPerS'])} | >= {TARGET_DECODE:,} | "
                    f"{_verdict(r['decodeMessagesPerS'] >= TARGET_DECODE)} |")

@@ -10,6 +10,7 @@ import datetime as dt
 import functools
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -17,7 +18,7 @@ from functools import cached_property
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame, functions as F, types as T
+from pyspark.sql import Column, DataFrame, functions as F
 
 from msglake.errors import QualityRuleFailed
 from msglake.pipelines.io.first_copies import INDEX as FIRST_COPIES_INDEX, FirstCopies, store_micros
@@ -159,23 +160,24 @@ class BatchPlan:
         timestamp or bigint literal's value into the code it generates, so the write of every
         batch was generated and compiled anew (2 classes), and the JVM compiled that code to
         machine code again (benchmarks/bench_stamp.py, 1M RocketMQ messages, warm session: JIT
-        7.7 -> 4.5 s of CPU per run). Read from the relation, the code is the same in every batch.
+        7.7 -> 4.5 s per run). Read from the relation, the code is the same in every batch. The
+        relation is an inline table: its row is in the plan, so broadcasting it runs no Spark
+        job (a DataFrame made from Python rows is an RDD, and its broadcast was a job per write).
         """
-        stamp = df.sparkSession.createDataFrame(
-            [(dt.datetime.now(dt.timezone.utc), batch_id)],
-            T.StructType([T.StructField(at, T.TimestampType(), False),
-                          T.StructField("ingestBatchId", T.LongType(), False)]))
+        # Two integers of this process's own in the text (an inline table takes no parameter).
+        now, batch = time.time_ns() // 1000, int(batch_id)
+        stamp = df.sparkSession.sql(
+            f"SELECT * FROM VALUES (timestamp_micros({now}), CAST({batch} AS BIGINT)) AS stamp(`{at}`, ingestBatchId)")
         return df.crossJoin(F.broadcast(stamp))
 
-    def split(self, df: DataFrame, batch_id: int, retries: DataFrame | None = None, raw_reader=None,
-              marked: bool = False) -> tuple[DataFrame, DataFrame]:
-        """Checked source rows -> (messages rows, quarantine rows), each in its table's column order.
+    def messages(self, df: DataFrame, batch_id: int, retries: DataFrame | None = None,
+                 marked: bool = False) -> DataFrame:
+        """Checked source rows -> the batch's ``messages`` rows, in the table's column order.
 
         With ``retries`` (retry marking on: the batch's retries, ``transforms.dedup.find_retries``),
         rows get their ``dedupKey`` and, the retries among them, ``retryOf``; ``marked`` without
         ``retries`` (marking on, the batch has no retry): their ``dedupKey`` only; otherwise both
-        stay null. Rows a quarantine-level rule holds go to quarantine, their bytes read back by
-        ``raw_reader`` (msglake.pipelines.io.source.raw_record_reader).
+        stay null.
         """
         decoded = df.where(self.decoded).select(*self.decoded_columns)
         if retries is not None:
@@ -184,19 +186,24 @@ class BatchPlan:
             decoded = decoded.select("*", self.key.alias("dedupKey"), self.no_retry)
         else:
             decoded = decoded.select("*", *self.dedup_nulls)
-        messages = self.stamped(decoded, batch_id, "ingestedAt").select(
+        return self.stamped(decoded, batch_id, "ingestedAt").select(
             *self.decoded_columns,
             "ingestedAt",
             "ingestBatchId",
             *self.dedup_columns,
             *self.derived_nulls,
         )
+
+    def quarantine(self, df: DataFrame, batch_id: int, raw_reader=None) -> DataFrame:
+        """Checked source rows -> the batch's ``quarantine`` rows, in the table's column order.
+        Rows a quarantine-level rule holds are among them, their bytes read back by ``raw_reader``
+        (msglake.pipelines.io.source.raw_record_reader)."""
         quarantine = df.where(self.quarantined).select(*self.quarantine_columns, self.no_rule)
         if raw_reader is not None:
             # Only when rules held rows: the union scans (decodes) the batch once more.
             held = df.where(self.held).select(*self.held_columns)
             quarantine = quarantine.unionByName(held.mapInArrow(raw_reader, held.schema))
-        return messages, self.stamped(quarantine, batch_id, "quarantinedAt").select(
+        return self.stamped(quarantine, batch_id, "quarantinedAt").select(
             *self.quarantine_columns, "quarantinedAt", "ingestBatchId", "rule"
         )
 
@@ -455,7 +462,7 @@ class DeltaSink:
 
         seen = Observation(f"msglake-batch-{batch_id}")
         observed = df.observe(seen, *self.plan.metrics, self.plan.framed)
-        messages, _ = self.plan.split(observed, batch_id, retries, marked=keys is not None)
+        messages = self.plan.messages(observed, batch_id, retries, marked=keys is not None)
         tiny = (keys is not None and keys.message_bytes <= TINY_BATCH_BYTES
                 and keys.message_bytes < TINY_FILE_BYTES * max(keys.table_partitions, 1))
         path = self.paths[MESSAGES_TABLE.name]
@@ -476,7 +483,7 @@ class DeltaSink:
             # so nothing was observed. Count the batch on its own.
             self._fill(counts, self._count(df))
         if counts.quarantined:
-            _, quarantine = self.plan.split(df, batch_id, raw_reader=self._reader_for(counts))
+            quarantine = self.plan.quarantine(df, batch_id, raw_reader=self._reader_for(counts))
             self._append(quarantine, QUARANTINE_TABLE.name, batch_id)
         self.counts.add(counts)
         return counts

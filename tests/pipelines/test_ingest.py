@@ -142,16 +142,17 @@ def test_each_batch_is_stamped_with_one_time_and_its_id_on_both_tables(spark, tm
     data = tmp_path / "nsq"
     truth = generate(str(data), 1500, max_bytes_per_file=64 << 10)
     settings = make_settings(tmp_path / "lake", data, maxBytesPerTrigger=150_000, splitBytes=40_000)
-    started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    started = dt.datetime.now(dt.timezone.utc)
     summary = ingest(spark, settings)
-    ended = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    ended = dt.datetime.now(dt.timezone.utc)
     assert summary.batches >= 3 and summary.quarantined == len(truth.quarantined) > 0
     stamps = {}
     for table, at in (("messages", "ingestedAt"), ("quarantine", "quarantinedAt")):
+        # As epoch microseconds: collected timestamps would come back in the local zone.
         rows = (spark.read.format("delta").load(settings.lake.table_path(table)).groupBy("ingestBatchId")
-                .agg(F.min(at).alias("first"), F.max(at).alias("last"), F.count("*").alias("n")).collect())
+                .agg(F.min(F.unix_micros(at)).alias("first"), F.max(F.unix_micros(at)).alias("last")).collect())
         assert all(r.first == r.last for r in rows), table  # one time per batch
-        stamps[table] = {r.ingestBatchId: r.first for r in rows}
+        stamps[table] = {r.ingestBatchId: dt.datetime.fromtimestamp(r.first / 1e6, dt.timezone.utc) for r in rows}
     assert set(stamps["messages"]) == set(range(summary.batches))
     times = [stamps["messages"][b] for b in sorted(stamps["messages"])]
     assert times == sorted(times) and started <= times[0] and times[-1] <= ended
@@ -160,18 +161,30 @@ def test_each_batch_is_stamped_with_one_time_and_its_id_on_both_tables(spark, tm
 
 
 def test_a_batch_write_reuses_the_code_spark_generated_for_the_last(spark, tmp_path):
-    """The batch's id and time are no literals in the write's plan: Spark would write their values
-    into the code it generates and compile every batch's anew (then the JVM, its machine code)."""
+    """The batch's id and time are no literals in the writes' plans: Spark would write their
+    values into the code it generates and compile every batch's anew (then the JVM, its machine
+    code). Both tables' writes, the messages with a retry to mark and held rows read back."""
+    from msglake.pipelines.io.catalog import ensure_table
+    from msglake.schemas import MESSAGES_TABLE, QUARANTINE_TABLE
+    from msglake.transforms.dedup import RETRY_LOCATION
+
     data = tmp_path / "nsq"
     generate(str(data), 300, max_bytes_per_file=64 << 10)
-    sink = DeltaSink("test-app", "unused", "unused", dedup_watermark_seconds=600)
+    settings = make_settings(tmp_path / "lake")
+    paths = [ensure_table(spark, settings, spec) for spec in (MESSAGES_TABLE, QUARANTINE_TABLE)]
+    sink = DeltaSink("test-app", *paths, dedup_watermark_seconds=600, levels={"priority_range": "quarantine"})
     df = sink.checked(read(spark, data)[0])
+    where = [F.col(c) for c in RETRY_LOCATION]
+    retries = (df.where(F.col("reason").isNull()).select(*where).limit(1)
+               .withColumn("retryOf", F.struct(*where)).localCheckpoint(eager=True))
+    reader = raw_record_reader("nsq-ext", str(data), {})
     compiled = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
 
     def write(batch_id):
         before = compiled.getCount()
-        for frame in sink.plan.split(df, batch_id, marked=True):
-            frame.write.format("noop").mode("overwrite").save()
+        frames = (sink.plan.messages(df, batch_id, retries), sink.plan.quarantine(df, batch_id, raw_reader=reader))
+        for frame, path in zip(frames, paths):
+            frame.write.format("delta").mode("append").save(path)
         return compiled.getCount() - before
 
     write(11)
