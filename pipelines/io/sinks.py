@@ -159,8 +159,9 @@ class BatchPlan:
         They come from a one-row relation joined to the rows, not from literals: Spark writes a
         timestamp or bigint literal's value into the code it generates, so the write of every
         batch was generated and compiled anew (2 classes), and the JVM compiled that code to
-        machine code again (benchmarks/bench_stamp.py, 1M RocketMQ messages, warm session: JIT
-        7.7 -> 4.5 s per run). Read from the relation, the code is the same in every batch. The
+        machine code again (benchmarks/bench_stamp.py, 1M RocketMQ messages, warm session: the
+        JIT's compile time 10.4 -> 5.9 s a run, median). Read from the relation, the code is the
+        same in every batch. The
         relation is an inline table: its row is in the plan, so broadcasting it runs no Spark
         job (a DataFrame made from Python rows is an RDD, and its broadcast was a job per write).
         """
