@@ -78,7 +78,7 @@ def main() -> int:
         c, sem_jvm = time.monotonic(), work.since(w1)  # before the REST call below, which is no part of it
         rounds.append({"ingest_s": b - a, "semantics_s": c - b, "jobs": job_count(spark, since),
                        "events": summary.events, "pending": summary.pending, "dormant": summary.dormant,
-                       "ingest_jvm": {k: w1[k] - w0[k] for k in w0},
+                       "ingest_jvm": work.since(w0, w1),
                        "semantics_jvm": sem_jvm})
         print(f"round {r}: ingest {b - a:.2f}s, semantics {c - b:.2f}s in {rounds[-1]['jobs']} Spark jobs; "
               f"{summary.events:,} state changes logged, {summary.pending:,} copies pending "

@@ -20,7 +20,7 @@ import shutil
 import statistics
 import sys
 
-from jvm_work import JvmWork, line
+from jvm_work import line
 from results_file import write
 from suite import REPO, WARMUP, data_dir, ensure_data, forget, ingest_run, log, settings_for
 
@@ -53,14 +53,12 @@ def main(argv=None) -> int:
     lake = REPO / "bench-data" / "stamp-lake"
     spark = build_session(settings_for(lake, lake, args.format, "local[2]", "6g", semantics=True),
                           app_name="msglake-bench-stamp", master="local[2]")
-    work = JvmWork(spark)
 
     def run(form: str, path, n: int) -> dict:
+        """One ingest into an empty lake; ``ingest_run`` records its JVM work (``jvm``)."""
         BatchPlan.stamped = forms[form]
         shutil.rmtree(lake, ignore_errors=True)
-        before = work.now()
         out = ingest_run(spark, settings_for(lake, path, args.format, "local[2]", "6g", semantics=True), n)
-        out["jvm"] = work.since(before)
         forget(spark, lake)
         return out
 

@@ -26,8 +26,10 @@ class JvmWork:
                 "gcMs": sum(b.getCollectionTime() for b in self._mf.getGarbageCollectorMXBeans()),
                 "cpuMs": round((int(fields[11]) + int(fields[12])) * self._tick_ms)}
 
-    def since(self, before: dict) -> dict:
-        return {k: v - before[k] for k, v in self.now().items()}
+    def since(self, before: dict, after: dict | None = None) -> dict:
+        """The work from ``before`` to ``after`` (two :meth:`now` readings; by default, now)."""
+        after = self.now() if after is None else after
+        return {k: v - before[k] for k, v in after.items()}
 
 
 def line(work: dict) -> str:

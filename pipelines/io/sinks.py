@@ -161,9 +161,9 @@ class BatchPlan:
         batch was generated and compiled anew (2 classes), and the JVM compiled that code to
         machine code again (benchmarks/bench_stamp.py, 1M RocketMQ messages, warm session: the
         JIT's compile time 10.4 -> 5.9 s a run, median). Read from the relation, the code is the
-        same in every batch. The
-        relation is an inline table: its row is in the plan, so broadcasting it runs no Spark
-        job (a DataFrame made from Python rows is an RDD, and its broadcast was a job per write).
+        same in every batch. The relation is an inline table: its row is in the plan, so
+        broadcasting it runs no Spark job (a DataFrame made from Python rows is an RDD, and its
+        broadcast was a job per write).
         """
         # Two integers of this process's own in the text (an inline table takes no parameter).
         now, batch = time.time_ns() // 1000, int(batch_id)
