@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from msglake.schemas.messages import DECODED_SCHEMA
+from msglake.schemas.messages import DECODED_SCHEMA, DEDUP
 from msglake.schemas.quarantine import QUARANTINE_DETAIL, QUARANTINE_LOCATION
 
 _decoded = [f.with_nullable(True) for f in DECODED_SCHEMA]
@@ -20,6 +20,9 @@ _extra = [
 ]
 
 SOURCE_SCHEMA = pa.schema(_decoded + _extra)
+#: The source's rows with each message's producer-retry key (``transforms.dedup.dedup_key``), as
+#: the source gives them with its ``dedupKeys`` option (retry marking on).
+KEYED_SOURCE_SCHEMA = SOURCE_SCHEMA.append(next(f for f in DEDUP if f.name == "dedupKey"))
 
 #: Columns of SOURCE_SCHEMA that only quarantine rows fill.
 QUARANTINE_ONLY = tuple(f.name for f in _extra)

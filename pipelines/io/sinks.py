@@ -131,6 +131,7 @@ class BatchPlan:
         self.decoded, self.quarantined, self.held = (kind == k for k in ("decoded", "quarantined", "held"))
         self.metrics = _metrics(kind, levels)
         self.key = dedup_key()
+        self.given_key = F.col("dedupKey")
         self.decoded_columns = [F.col(n) for n in DECODED_SCHEMA.names]
         self.dedup_nulls = _nulls(_DEDUP_NULLS)
         self.dedup_columns = [F.col(f.name) for f in _DEDUP_NULLS]
@@ -178,13 +179,16 @@ class BatchPlan:
         With ``retries`` (retry marking on: the batch's retries, ``transforms.dedup.find_retries``),
         rows get their ``dedupKey`` and, the retries among them, ``retryOf``; ``marked`` without
         ``retries`` (marking on, the batch has no retry): their ``dedupKey`` only; otherwise both
-        stay null.
+        stay null. The key is the source's ``dedupKey`` column where it has one (its
+        ``dedupKeys`` option), else made here (``transforms.dedup.dedup_key``).
         """
-        decoded = df.where(self.decoded).select(*self.decoded_columns)
+        given = (retries is not None or marked) and "dedupKey" in df.columns
+        decoded = df.where(self.decoded).select(*self.decoded_columns, *([self.given_key] if given else []))
+        key = self.given_key if given else self.key
         if retries is not None:
-            decoded = mark_retries(decoded, retries, self.key)
+            decoded = mark_retries(decoded, retries, key)
         elif marked:
-            decoded = decoded.select("*", self.key.alias("dedupKey"), self.no_retry)
+            decoded = decoded.select(*self.decoded_columns, key.alias("dedupKey"), self.no_retry)
         else:
             decoded = decoded.select("*", *self.dedup_nulls)
         return self.stamped(decoded, batch_id, "ingestedAt").select(

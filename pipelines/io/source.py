@@ -16,6 +16,8 @@ import os
 from dataclasses import dataclass
 from typing import Iterator, Literal
 
+import pyarrow as pa
+
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -29,7 +31,7 @@ from msglake.formats.base import QuarantineBuilder, SegmentInfo, concat_batches
 from msglake.errors import ConfigError
 from msglake.formats.options import Options, PositiveInt
 from msglake.formats.registry import CODECS, codec_class, get_codec
-from msglake.schemas.source import SOURCE_SCHEMA
+from msglake.schemas.source import KEYED_SOURCE_SCHEMA, SOURCE_SCHEMA
 from msglake.schemas.spark import to_spark
 
 OFFSET_VERSION = 1
@@ -52,6 +54,12 @@ class ReadOptions(Options):
     #: parallelism, so a trigger's many small tails keep every core busy); unset: packed by
     #: ``splitBytes`` alone. Ranges are never cut to reach it.
     minPartitions: PositiveInt | None = None
+    #: Add each row's producer-retry key as column ``dedupKey`` (``transforms.dedup.arrow_keys``,
+    #: made where the row is decoded): the ingest sink's retry marking writes it instead of
+    #: making it again in Spark with ``sha2`` of every key (and, for a key by trace id, of every
+    #: body): 1.19M RocketMQ rows from Parquet to Delta took 13.0-13.4 s with Spark's keys,
+    #: 11.3-12.2 s with the keys carried in.
+    dedupKeys: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,7 +109,7 @@ class MsglakeDataSource(DataSource):
         return "msglake"
 
     def schema(self):
-        return to_spark(SOURCE_SCHEMA)
+        return to_spark(KEYED_SOURCE_SCHEMA if SourceOptions.parse(self.options).read.dedupKeys else SOURCE_SCHEMA)
 
     def reader(self, schema) -> DataSourceReader:
         return SegmentBatchReader(SourceOptions.parse(self.options))
@@ -215,7 +223,20 @@ BATCH_BYTES = 4 << 20
 
 
 def read_task(opts: SourceOptions, partition: InputPartition) -> Iterator:
-    """Decode the byte ranges of one planned task into Arrow batches (runs in a Spark task)."""
+    """Decode the byte ranges of one planned task into Arrow batches (runs in a Spark task), with
+    their rows' keys when the source's ``dedupKeys`` option asks for them."""
+    batches = _read_task(opts, partition)
+    return map(_with_keys, batches) if opts.read.dedupKeys else batches
+
+
+def _with_keys(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with its rows' ``dedupKey`` (null for a row without one: a quarantined record has none)."""
+    from msglake.transforms.dedup import arrow_keys
+
+    return batch.append_column(KEYED_SOURCE_SCHEMA.field("dedupKey"), arrow_keys(batch).column("dedupKey"))
+
+
+def _read_task(opts: SourceOptions, partition: InputPartition) -> Iterator:
     codec = opts.codec()  # once per task: a packed task holds many ranges
     pending: list = []
     size = 0
@@ -269,8 +290,6 @@ def raw_record_reader(fmt: str, root: str, codec_options):
     A segment deleted in between leaves ``rawBytes`` empty and says so in ``reason``.
     """
     def read(batches):
-        import pyarrow as pa
-
         paths: dict[tuple, str] | None = None
         for batch in batches:
             if paths is None:
@@ -452,7 +471,10 @@ class DriverReader:
     """
 
     def __init__(self, options: dict[str, str]):
-        self.opts = SourceOptions.parse(options)
+        opts = SourceOptions.parse(options)
+        # Without the keys column: what the driver's pass is for makes them, with their hashes
+        # (``pipelines.io.sinks.chunk_keys``), from the same function as the source's tasks.
+        self.opts = SourceOptions(opts.read.model_copy(update={"dedupKeys": False}), opts.codec_options)
         self._stream = SegmentStreamReader(self.opts)
 
     def warm(self) -> None:

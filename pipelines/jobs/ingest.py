@@ -104,6 +104,8 @@ def source_options(spark, settings: Settings, src: SourceSettings) -> dict[str, 
         "maxBytesPerTrigger": str(src.maxBytesPerTrigger or settings.ingest.maxBytesPerTrigger),
         "splitBytes": str(settings.ingest.splitBytes),
         "minPartitions": str(spark.sparkContext.defaultParallelism),
+        # Retry marking writes each message's key: the tasks that decode the rows make it.
+        "dedupKeys": str(settings.ingest.dedupWatermarkSeconds > 0).lower(),
     }
     return {**options, **src.codec_options().to_strings()}
 

@@ -432,6 +432,30 @@ def test_batch_read_equals_the_codec_output(spark, tmp_path):
     assert actual.where(F.size("headers") > 0).count() == expected_df.where(F.size("headers") > 0).count()
 
 
+@pytest.mark.parametrize("fmt", ["nsq-ext", "rocketmq-commitlog"])
+def test_the_keys_the_source_makes_are_sparks(spark, tmp_path, fmt):
+    """With ``dedupKeys`` the source's tasks make each row's retry key: the one Spark's
+    ``dedup_key`` makes of the same row (null where it gives none: quarantined records, messages
+    without a unique or trace id), on every row of segments with retries and bad inputs."""
+    from msglake.samples import generate as generate_any
+    from msglake.schemas.source import KEYED_SOURCE_SCHEMA
+    from msglake.transforms.dedup import dedup_key
+
+    data = tmp_path / "data"
+    generate_any(fmt, str(data), 400, segment_bytes=64 << 10)
+    options = {"format": fmt, "path": str(data), "splitBytes": "8192"}
+    plain = spark.read.format("msglake").options(**options).load()
+    assert "dedupKey" not in plain.columns
+    keyed = spark.read.format("msglake").options(**options, dedupKeys="true").load()
+    assert keyed.schema == to_spark(KEYED_SOURCE_SCHEMA)
+    counts = keyed.agg(
+        F.count("*").alias("rows"), F.count("dedupKey").alias("keyed"), F.count("reason").alias("quarantined"),
+        F.sum((~F.col("dedupKey").eqNullSafe(dedup_key())).cast("int")).alias("differ")).first()
+    assert counts["differ"] == 0
+    # Rows with a key, rows without one, quarantined rows: every kind was compared.
+    assert 0 < counts["keyed"] < counts["rows"] - counts["quarantined"] and counts["quarantined"] > 0
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [({"format": "nsq-ext"}, "option 'path'"), ({"path": "/x"}, "option 'format'"),
