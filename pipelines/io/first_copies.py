@@ -6,8 +6,11 @@ store time minus the watermark on, later ones included (a copy stored before one
 retry), but only of the keys the batch may repeat: usually none. The sink keeps the
 ``transforms.dedup.key_hash`` of every first copy its batches wrote (8 bytes each, in the
 driver), as pieces, and finds a batch's candidates among them (``transforms.dedup.repeated``)
-with no Spark job; only when some hash repeats does it read those keys' first copies from the
-table (:meth:`FirstCopies.rows`).
+with no Spark job. When some hash repeats, the rows of those keys' first copies (``ROWS``) come
+from the driver too, for the first copies this run's batches wrote (:meth:`FirstCopies.wrote`
+keeps them, up to :data:`ROWS_KEPT`), and from the table only for the others
+(:meth:`FirstCopies.rows`): over a window of a few million rows the table's read was the cost
+of a batch's retry decision (1.2-1.8 s per million rows of the window, the dedupKey strings).
 
 The pieces stand for the table only while the table has no commit but the sink's own (its log's
 newest version is the one the sink's last write made) and the batch's window starts where they
@@ -35,9 +38,11 @@ from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession, functions as F
 
 from msglake.pipelines.io.once import commit_metadata, log_version, made_empty, marked_batch
+from msglake.schemas.source import SOURCE_SCHEMA
 from msglake.transforms.dedup import KEY_COLUMNS, key_hash
 
 #: More pieces than this are merged into one (each is searched for every batch's hashes).
@@ -47,6 +52,14 @@ MAX_PIECES = 8
 INDEX = "first-copies"
 _META = "index.json"
 _LAYOUT = 2
+#: The rows of first copies the sink keeps: the key hash, then ``transforms.dedup.KEY_COLUMNS``
+#: in the source schema's types (as the sink's driver pass makes them).
+ROWS = pa.schema([pa.field("keyHash", pa.int64()), pa.field("dedupKey", pa.string()),
+                  *[SOURCE_SCHEMA.field(c) for c in KEY_COLUMNS[1:]]])
+#: First copies whose rows are kept at most, in the driver: about 140 bytes each (668,811 of the
+#: suite's 1M NSQ set took 95 MB, ``benchmarks/bench_retry_window.py``), so up to about 280 MB.
+#: Older pieces keep only their hashes, and a repeat of one of those reads its rows from the table.
+ROWS_KEPT = 2_000_000
 
 
 class Piece(NamedTuple):
@@ -58,12 +71,16 @@ class Piece(NamedTuple):
     newest: dt.datetime
     hashes: np.ndarray
     times: np.ndarray
+    #: The rows (:data:`ROWS`) of its first copies, all of them; None: only their hashes are
+    #: known (read from the table or a saved index, a batch a rule held rows of, or rows let go
+    #: to stay within :data:`ROWS_KEPT`).
+    rows: pa.Table | None = None
 
 
-def _piece(oldest: dt.datetime, newest: dt.datetime, hashes, times) -> Piece:
+def _piece(oldest: dt.datetime, newest: dt.datetime, hashes, times, rows: pa.Table | None = None) -> Piece:
     hashes, times = np.asarray(hashes, dtype=np.int64), np.asarray(times, dtype=np.int64)
     order = np.argsort(hashes, kind="stable")
-    return Piece(oldest, newest, hashes[order], times[order])
+    return Piece(oldest, newest, hashes[order], times[order], rows)
 
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
@@ -99,8 +116,10 @@ class FirstCopies:
         self.low: dt.datetime | None = None
         #: The table's version the pieces stand for (None: they stand for nothing).
         self.version: int | None = None
-        #: Batches that read the table's hashes (the others used the pieces).
+        #: Batches that read the table's hashes (the others used the pieces), and batches that
+        #: read first copies' rows from it (the others had them all in the pieces).
         self.reads = 0
+        self.row_reads = 0
         #: What went wrong with the saved index, for the run's summary (the run goes on without it).
         self.notes: list[str] = []
 
@@ -139,20 +158,38 @@ class FirstCopies:
 
     def rows(self, spark: SparkSession, since: dt.datetime, hashes: np.ndarray) -> DataFrame:
         """The first copies in the table stored from ``since`` minus the watermark on whose key
-        hash is among ``hashes`` (``transforms.dedup.KEY_COLUMNS``), for ``RetryRule.decide``.
-        Read from the table itself: it holds them, the pieces only their hashes."""
-        wanted = spark.createDataFrame(pa.table({"keyHash": pa.array(np.unique(hashes), pa.int64())}))
-        window = self._window(spark, _utc(since) - self.watermark)
-        return (window.join(F.broadcast(wanted), key_hash() == wanted["keyHash"], "left_semi")
-                .select(*KEY_COLUMNS))
+        hash is among ``hashes`` (``transforms.dedup.KEY_COLUMNS``), for ``RetryRule.decide``
+        (right after :meth:`hashes` for the same batch, whose pieces stand for the table).
+
+        A hash that only pieces with rows hold is answered from them; one that a piece of hashes
+        alone holds is read from the table, all its first copies (a key's first copies may lie
+        in several pieces: one per watermark they span)."""
+        start = _utc(since) - self.watermark
+        wanted = np.unique(np.asarray(hashes, dtype=np.int64))
+        blind = [p.hashes for p in self.pieces if p.rows is None]
+        read = wanted[np.isin(wanted, np.concatenate(blind))] if blind else wanted[:0]
+        kept_for = pa.array(np.setdiff1d(wanted, read, assume_unique=True))
+        parts = [p.rows.filter(pc.and_(pc.is_in(p.rows.column("keyHash"), kept_for),
+                                       pc.greater_equal(p.rows.column("storeTimestamp"), pa.scalar(start))))
+                 for p in self.pieces if p.rows is not None and len(kept_for)]
+        kept = pa.concat_tables([t for t in parts if len(t)] or [ROWS.empty_table()]).select(list(KEY_COLUMNS))
+        out = spark.createDataFrame(kept)
+        if len(read):
+            self.row_reads += 1
+            asked = spark.createDataFrame(pa.table({"keyHash": pa.array(read, pa.int64())}))
+            window = self._window(spark, start)
+            out = out.unionByName(window.join(F.broadcast(asked), key_hash() == asked["keyHash"], "left_semi")
+                                  .select(*KEY_COLUMNS))
+        return out
 
     def wrote(self, since: dt.datetime | None, newest: dt.datetime | None, before: int | None, after: int | None,
-              hashes: np.ndarray, times: np.ndarray) -> None:
+              hashes: np.ndarray, times: np.ndarray, rows: pa.Table | None = None) -> None:
         """Take a batch's first copies in (``hashes``: the ``key_hash`` of its keys, the first
         copies among them, stored at ``times``, microseconds since the epoch, from ``since`` to
         ``newest``; None: it has no key), once its write made the table go from version
         ``before`` to ``after``: the pieces stand for ``after`` only when no other commit came
-        in between."""
+        in between. ``rows``: the rows (:data:`ROWS`) of exactly the first copies the batch
+        wrote, when the sink knows them."""
         if before is None or before != self.version or after != before + 1:
             self.pieces, self.version = [], None
             return
@@ -164,16 +201,31 @@ class FirstCopies:
         dropped = [p.newest for p in self.pieces if p.newest < start]
         if dropped:  # what they held is older than what is left complete
             self.low = max(self.low, max(dropped) + dt.timedelta(microseconds=1))
-        self.pieces = kept + [_piece(_utc(since), newest, hashes, times)]
+        self.pieces = kept + [_piece(_utc(since), newest, hashes, times, rows)]
         if len(self.pieces) > MAX_PIECES:
             # Merged, without the first copies stored before this batch's window: a later batch
             # that needs them reads the table.
             self.low = max(self.low, start)
             times = np.concatenate([p.times for p in self.pieces])
             young = times >= _micros(start)
+            merged = None
+            if all(p.rows is not None for p in self.pieces):
+                merged = pa.concat_tables([p.rows for p in self.pieces])
+                merged = merged.filter(pc.greater_equal(merged.column("storeTimestamp"), pa.scalar(start)))
             self.pieces = [_piece(self.low, max(p.newest for p in self.pieces),
-                                  np.concatenate([p.hashes for p in self.pieces])[young], times[young])]
+                                  np.concatenate([p.hashes for p in self.pieces])[young], times[young], merged)]
+        self._bound_rows()
         self.version = after
+
+    def _bound_rows(self) -> None:
+        """Let the oldest pieces' rows go once the pieces hold more than :data:`ROWS_KEPT`."""
+        held = 0
+        for i in reversed(range(len(self.pieces))):
+            p = self.pieces[i]
+            if p.rows is not None:
+                held += len(p.rows)
+                if held > ROWS_KEPT:
+                    self.pieces[i] = p._replace(rows=None)
 
     def save(self, spark: SparkSession) -> bool:
         """Leave the pieces for the next run, once the query has stopped: True when they were kept

@@ -21,13 +21,12 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, functions as F
 
 from msglake.errors import QualityRuleFailed
-from msglake.pipelines.io.first_copies import INDEX as FIRST_COPIES_INDEX, FirstCopies, store_micros
+from msglake.pipelines.io.first_copies import INDEX as FIRST_COPIES_INDEX, ROWS as KEY_ROWS, FirstCopies, store_micros
 from msglake.pipelines.io.once import OnceWriter, log_version
 from msglake.quality import rules as R
 from msglake.schemas import MESSAGES_TABLE, QUARANTINE_TABLE
 from msglake.schemas.messages import DECODED_SCHEMA, DEDUP, DERIVED
 from msglake.schemas.quarantine import QUARANTINE_DETAIL, QUARANTINE_LOCATION
-from msglake.schemas.source import SOURCE_SCHEMA
 from msglake.schemas.spark import to_spark
 from msglake.transforms.dedup import KEY_COLUMNS, RETRY_LOCATION, RetryRule, arrow_keys, dedup_key, mark_retries, repeated
 
@@ -237,18 +236,12 @@ def _metrics(kind: Column, levels: dict[str, str]) -> list:
     ]
 
 
-#: The rows of :class:`BatchKeys`: each message's key hash, then ``transforms.dedup.KEY_COLUMNS``
-#: in the source schema's types.
-KEY_ROWS = pa.schema([pa.field("keyHash", pa.int64()), pa.field("dedupKey", pa.string()),
-                      *[SOURCE_SCHEMA.field(c) for c in KEY_COLUMNS[1:]]])
-
-
 @dataclass
 class BatchKeys:
     """What retry marking knows of a micro-batch from its rows decoded in the driver
     (``pipelines.io.source.DriverReader``), before Spark writes it: its messages' keys."""
 
-    #: Each message row with a key (:data:`KEY_ROWS`).
+    #: Each message row with a key (``first_copies.ROWS``: its key hash, then ``KEY_COLUMNS``).
     rows: pa.Table
     #: Message rows (decoded; a quality rule may still hold some back), their bytes, and how many
     #: table partitions (topic, partition) they go to.
@@ -482,7 +475,7 @@ class DeltaSink:
                 # went away in between (retention): its keys are not what the table holds.
                 whole = int(row["framed"] or 0) >= keys.framed
                 self.firsts.wrote(keys.since, keys.newest, before if whole else None, log_version(path), keys.hashes,
-                                  keys.times)
+                                  keys.times, self._first_copies(keys, retries, counts))
         else:
             # The batch was committed before a crash, the checkpoint not: the plan never ran,
             # so nothing was observed. Count the batch on its own.
@@ -492,6 +485,20 @@ class DeltaSink:
             self._append(quarantine, QUARANTINE_TABLE.name, batch_id)
         self.counts.add(counts)
         return counts
+
+    def _first_copies(self, keys: BatchKeys, retries: DataFrame | None, counts: BatchCounts) -> pa.Table | None:
+        """The rows (``first_copies.ROWS``) of the first copies a batch wrote: its keyed rows but
+        its retries (few: their locations come from the decision's checkpoint). None when a rule
+        held rows of the batch back: those are no first copies, and which they are is not known
+        here."""
+        if self._held_hits(counts):
+            return None
+        if retries is None:
+            return keys.rows
+        located = retries.select(*RETRY_LOCATION).toArrow()
+        if not len(located):
+            return keys.rows
+        return keys.rows.join(located, keys=list(RETRY_LOCATION), join_type="left anti").select(KEY_ROWS.names)
 
     def _held_hits(self, counts: BatchCounts) -> int:
         """Hits of the quarantine-level rules in the batch (rows they hold back from ``messages``)."""

@@ -198,7 +198,7 @@ def test_a_batch_write_reuses_the_code_spark_generated_for_the_last(spark, tmp_p
 
 # Each batch's retries are decided from its keys made in the driver: a batch that repeats no key
 # runs no Spark job to decide (the first has no retry, its write joins none); the others have some,
-# of an earlier batch (its first copy read from the table) and of their own.
+# of an earlier batch (its first copy's row kept by the sink) and of their own.
 def test_retries_of_an_earlier_batch_of_the_same_run_are_marked_from_what_the_sink_kept(spark, tmp_path):
     from msglake.pipelines.io.catalog import ensure_table
     from msglake.schemas import LAKE_TABLES
@@ -218,6 +218,7 @@ def test_retries_of_an_earlier_batch_of_the_same_run_are_marked_from_what_the_si
     for batch, ((df, rows), _) in enumerate(batches):
         sink(df, batch, rows)
     assert sink.firsts.reads == 0  # the table was new at batch 0; batches 1 and 2 decided from its first copies kept
+    assert sink.firsts.row_reads == 0  # their rows too: the first copies' rows came from the sink, not the table
     # Batch 0 repeats no key: the driver knows it has no retry. Batch 1 repeats one of batch 0,
     # batch 2 one of its own and one of each earlier batch: both decided by Spark.
     assert sink.without_decision == 1

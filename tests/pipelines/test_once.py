@@ -3,6 +3,7 @@ between its batches (FirstCopies) against what the table holds."""
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import os
 import time
 
@@ -140,6 +141,62 @@ def test_first_copies_kept_between_batches_stand_for_the_tables_window(spark, tm
     assert firsts.reads == 3
     [row] = firsts.rows(spark, since, _hashes(spark.createDataFrame([(theirs,)], "dedupKey string"))).collect()
     assert tuple(row) == (theirs, T0 + dt.timedelta(seconds=200), 0, "seg", 999)
+
+
+def test_first_copies_rows_come_from_the_pieces_that_keep_them(spark, tmp_path, monkeypatch):
+    """A repeat's first copies come from the rows the sink kept of its own batches' first copies,
+    with no read of the table; from the table for a piece of hashes alone (read from the table, a
+    batch whose rows a rule held, rows let go past ROWS_KEPT). Either way they are the window's."""
+    import pyarrow as pa
+
+    from msglake.pipelines.io import first_copies
+
+    path, watermark = str(tmp_path / "messages"), 60
+    def key(name):  # keys of distinct hashes, as real ones are (key_hash reads the first 15 hex digits)
+        return hashlib.sha256(name.encode()).hexdigest()
+
+    spark.createDataFrame([_message(key("old"), 0, 0)], SCHEMA).write.format("delta").save(path)
+    firsts = FirstCopies(path, watermark)
+
+    def kept_rows(*messages):
+        return pa.table({"keyHash": [int(m[0][:15], 16) for m in messages], "dedupKey": [m[0] for m in messages],
+                         "storeTimestamp": pa.array([m[1].replace(tzinfo=dt.timezone.utc) for m in messages],
+                                                    first_copies.ROWS.field("storeTimestamp").type),
+                         "partition": pa.array([m[2] for m in messages], pa.int32()),
+                         "segment": [m[3] for m in messages], "segmentPosition": [m[4] for m in messages]},
+                        schema=first_copies.ROWS)
+
+    def write(batch, second, rows_known=True):
+        since = T0 + dt.timedelta(seconds=second)
+        firsts.hashes(spark, since)
+        first, retry = _message(key(f"k{batch}"), second, batch), _message(key(f"k{batch}"), second, 100 + batch)
+        retry = retry[:5] + ((0, "seg", batch),)
+        before = log_version(path)
+        spark.createDataFrame([first, retry], SCHEMA).write.format("delta").mode("append").save(path)
+        micros = (since.replace(tzinfo=dt.timezone.utc) - EPOCH) // dt.timedelta(microseconds=1)
+        firsts.wrote(since, since, before, log_version(path), _hashes(spark.createDataFrame([first], SCHEMA)),
+                     np.array([micros]), kept_rows(first) if rows_known else None)
+
+    def check(second, *names):
+        since = T0 + dt.timedelta(seconds=second)
+        firsts.hashes(spark, since)
+        asked = _hashes(spark.createDataFrame([(key(n),) for n in names], "dedupKey string"))
+        got = sorted(tuple(r) for r in firsts.rows(spark, since, asked).collect())
+        assert got == [w for w in _window(spark, path, since, watermark) if w[0] in {key(n) for n in names}]
+        return got
+
+    write(1, 10)
+    write(2, 20)
+    reads = firsts.row_reads
+    assert len(check(30, "k1", "k2")) == 2 and firsts.row_reads == reads  # both kept: no read
+    assert len(check(30, "old", "k1")) == 2 and firsts.row_reads == reads + 1  # "old": the table's piece
+    write(3, 30, rows_known=False)  # a batch whose rows a rule may have held back
+    assert len(check(40, "k3")) == 1 and firsts.row_reads == reads + 2
+    assert len(check(40, "k2")) == 1 and firsts.row_reads == reads + 2
+    monkeypatch.setattr(first_copies, "ROWS_KEPT", 1)
+    write(4, 40)  # the newest piece keeps its row, the older ones let theirs go
+    assert len(check(50, "k4")) == 1 and firsts.row_reads == reads + 2
+    assert len(check(50, "k2")) == 1 and firsts.row_reads == reads + 3
 
 
 def test_a_table_is_made_empty_until_a_commit_adds_a_file(spark, tmp_path):
