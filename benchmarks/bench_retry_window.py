@@ -71,7 +71,8 @@ def run(spark, data, lake, retries: int, keep: bool) -> dict:
 
     def batch(folder, batch_id: int) -> float:
         options = {"format": FMT, "path": str(folder), "storeHost": "10.0.0.1:4150"}
-        df = spark.read.format("msglake").options(**options).load()
+        # The source makes the keys, as the ingest job's does (the driver's reader leaves them out).
+        df = spark.read.format("msglake").options(**options, dedupKeys="true").load()
         t = time.monotonic()
         sink(df, batch_id, DriverReader(options).map)
         return time.monotonic() - t

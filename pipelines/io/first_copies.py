@@ -5,8 +5,9 @@ Retry marking (``transforms.dedup.RetryRule``) needs the first copies stored fro
 store time minus the watermark on, later ones included (a copy stored before one of those is its
 retry), but only of the keys the batch may repeat: usually none. The sink keeps the
 ``transforms.dedup.key_hash`` of every first copy its batches wrote (8 bytes each, in the
-driver), as pieces, and finds a batch's candidates among them (``transforms.dedup.repeated``)
-with no Spark job. When some hash repeats, the rows of those keys' first copies (``ROWS``) come
+driver; with those of their other keyed rows, which only make a repeat look possible), as
+pieces, and finds a batch's candidates among them (``transforms.dedup.repeated``) with no Spark
+job. When some hash repeats, the rows of those keys' first copies (``ROWS``) come
 from the driver too, for the first copies this run's batches wrote (:meth:`FirstCopies.wrote`
 keeps them, up to :data:`ROWS_KEPT`), and from the table only for the others
 (:meth:`FirstCopies.rows`): over a window of a few million rows the table's read was the cost
@@ -72,8 +73,8 @@ class Piece(NamedTuple):
     hashes: np.ndarray
     times: np.ndarray
     #: The rows (:data:`ROWS`) of its first copies, all of them; None: only their hashes are
-    #: known (read from the table or a saved index, a batch a rule held rows of, or rows let go
-    #: to stay within :data:`ROWS_KEPT`).
+    #: known (read from the table or a saved index, a batch a rule held rows of, rows let go to
+    #: stay within :data:`ROWS_KEPT`, or a merge of such pieces).
     rows: pa.Table | None = None
 
 
@@ -81,6 +82,21 @@ def _piece(oldest: dt.datetime, newest: dt.datetime, hashes, times, rows: pa.Tab
     hashes, times = np.asarray(hashes, dtype=np.int64), np.asarray(times, dtype=np.int64)
     order = np.argsort(hashes, kind="stable")
     return Piece(oldest, newest, hashes[order], times[order], rows)
+
+
+def _merged(pieces: list[Piece], low: dt.datetime, start: dt.datetime) -> Piece:
+    """``pieces`` as one from ``low`` on, without the first copies stored before ``start``; with
+    rows when every one of them has its rows."""
+    times = np.concatenate([p.times for p in pieces])
+    young = times >= _micros(start)
+    rows = _since(pa.concat_tables([p.rows for p in pieces]), start) if all(p.rows is not None for p in pieces) else None
+    return _piece(low, max(p.newest for p in pieces), np.concatenate([p.hashes for p in pieces])[young], times[young],
+                  rows)
+
+
+def _since(rows: pa.Table, start: dt.datetime) -> pa.Table:
+    """The rows (:data:`ROWS`) stored at or after ``start``."""
+    return rows.filter(pc.greater_equal(rows.column("storeTimestamp"), pa.scalar(start)))
 
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
@@ -169,8 +185,7 @@ class FirstCopies:
         blind = [p.hashes for p in self.pieces if p.rows is None]
         read = wanted[np.isin(wanted, np.concatenate(blind))] if blind else wanted[:0]
         kept_for = pa.array(np.setdiff1d(wanted, read, assume_unique=True))
-        parts = [p.rows.filter(pc.and_(pc.is_in(p.rows.column("keyHash"), kept_for),
-                                       pc.greater_equal(p.rows.column("storeTimestamp"), pa.scalar(start))))
+        parts = [_since(p.rows.filter(pc.is_in(p.rows.column("keyHash"), kept_for)), start)
                  for p in self.pieces if p.rows is not None and len(kept_for)]
         kept = pa.concat_tables([t for t in parts if len(t)] or [ROWS.empty_table()]).select(list(KEY_COLUMNS))
         out = spark.createDataFrame(kept)
@@ -204,16 +219,11 @@ class FirstCopies:
         self.pieces = kept + [_piece(_utc(since), newest, hashes, times, rows)]
         if len(self.pieces) > MAX_PIECES:
             # Merged, without the first copies stored before this batch's window: a later batch
-            # that needs them reads the table.
+            # that needs them reads the table. Pieces with rows and pieces of hashes alone are
+            # merged apart: one of hashes alone among them would cost the others their rows.
             self.low = max(self.low, start)
-            times = np.concatenate([p.times for p in self.pieces])
-            young = times >= _micros(start)
-            merged = None
-            if all(p.rows is not None for p in self.pieces):
-                merged = pa.concat_tables([p.rows for p in self.pieces])
-                merged = merged.filter(pc.greater_equal(merged.column("storeTimestamp"), pa.scalar(start)))
-            self.pieces = [_piece(self.low, max(p.newest for p in self.pieces),
-                                  np.concatenate([p.hashes for p in self.pieces])[young], times[young], merged)]
+            groups = ([p for p in self.pieces if p.rows is None], [p for p in self.pieces if p.rows is not None])
+            self.pieces = [_merged(g, self.low, start) for g in groups if g]
         self._bound_rows()
         self.version = after
 

@@ -474,8 +474,10 @@ class DeltaSink:
                 # A write that found fewer messages than the driver's pass read a segment that
                 # went away in between (retention): its keys are not what the table holds.
                 whole = int(row["framed"] or 0) >= keys.framed
+                # The batch's first-copy rows only where the pieces will take them (no other commit).
+                firsts = self._first_copies(keys, retries, counts) if whole and before == self.firsts.version else None
                 self.firsts.wrote(keys.since, keys.newest, before if whole else None, log_version(path), keys.hashes,
-                                  keys.times, self._first_copies(keys, retries, counts))
+                                  keys.times, firsts)
         else:
             # The batch was committed before a crash, the checkpoint not: the plan never ran,
             # so nothing was observed. Count the batch on its own.
@@ -498,6 +500,8 @@ class DeltaSink:
         located = retries.select(*RETRY_LOCATION).toArrow()
         if not len(located):
             return keys.rows
+        # In the rows' own types (Spark may hand strings over as large_string, which a join refuses).
+        located = located.cast(pa.schema([KEY_ROWS.field(c) for c in RETRY_LOCATION]))
         return keys.rows.join(located, keys=list(RETRY_LOCATION), join_type="left anti").select(KEY_ROWS.names)
 
     def _held_hits(self, counts: BatchCounts) -> int:

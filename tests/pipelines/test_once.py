@@ -145,22 +145,27 @@ def test_first_copies_kept_between_batches_stand_for_the_tables_window(spark, tm
 
 def test_first_copies_rows_come_from_the_pieces_that_keep_them(spark, tmp_path, monkeypatch):
     """A repeat's first copies come from the rows the sink kept of its own batches' first copies,
-    with no read of the table; from the table for a piece of hashes alone (read from the table, a
-    batch whose rows a rule held, rows let go past ROWS_KEPT). Either way they are the window's."""
+    with no read of the table, merged pieces included; from the table for a piece of hashes alone
+    (read from the table, a batch whose rows a rule held, rows let go past ROWS_KEPT). Either way
+    they are the window's."""
     import pyarrow as pa
 
     from msglake.pipelines.io import first_copies
 
     path, watermark = str(tmp_path / "messages"), 60
+
     def key(name):  # keys of distinct hashes, as real ones are (key_hash reads the first 15 hex digits)
         return hashlib.sha256(name.encode()).hexdigest()
+
+    def instant(t):  # a naive time as Spark takes it from Python: local time
+        return t.astimezone(dt.timezone.utc)
 
     spark.createDataFrame([_message(key("old"), 0, 0)], SCHEMA).write.format("delta").save(path)
     firsts = FirstCopies(path, watermark)
 
     def kept_rows(*messages):
         return pa.table({"keyHash": [int(m[0][:15], 16) for m in messages], "dedupKey": [m[0] for m in messages],
-                         "storeTimestamp": pa.array([m[1].replace(tzinfo=dt.timezone.utc) for m in messages],
+                         "storeTimestamp": pa.array([instant(m[1]) for m in messages],
                                                     first_copies.ROWS.field("storeTimestamp").type),
                          "partition": pa.array([m[2] for m in messages], pa.int32()),
                          "segment": [m[3] for m in messages], "segmentPosition": [m[4] for m in messages]},
@@ -173,7 +178,7 @@ def test_first_copies_rows_come_from_the_pieces_that_keep_them(spark, tmp_path, 
         retry = retry[:5] + ((0, "seg", batch),)
         before = log_version(path)
         spark.createDataFrame([first, retry], SCHEMA).write.format("delta").mode("append").save(path)
-        micros = (since.replace(tzinfo=dt.timezone.utc) - EPOCH) // dt.timedelta(microseconds=1)
+        micros = (instant(since) - EPOCH) // dt.timedelta(microseconds=1)
         firsts.wrote(since, since, before, log_version(path), _hashes(spark.createDataFrame([first], SCHEMA)),
                      np.array([micros]), kept_rows(first) if rows_known else None)
 
@@ -193,10 +198,15 @@ def test_first_copies_rows_come_from_the_pieces_that_keep_them(spark, tmp_path, 
     write(3, 30, rows_known=False)  # a batch whose rows a rule may have held back
     assert len(check(40, "k3")) == 1 and firsts.row_reads == reads + 2
     assert len(check(40, "k2")) == 1 and firsts.row_reads == reads + 2
+    for batch in range(4, 4 + MAX_PIECES - 3):  # past MAX_PIECES: merged, those with rows apart
+        write(batch, 30 + batch)
+    assert len(firsts.pieces) == 2 and sum(p.rows is None for p in firsts.pieces) == 1
+    assert len(check(45, "k1", "k2", f"k{MAX_PIECES}")) == 3 and firsts.row_reads == reads + 2
+    assert len(check(45, "k3", "k4")) == 2 and firsts.row_reads == reads + 3
     monkeypatch.setattr(first_copies, "ROWS_KEPT", 1)
-    write(4, 40)  # the newest piece keeps its row, the older ones let theirs go
-    assert len(check(50, "k4")) == 1 and firsts.row_reads == reads + 2
-    assert len(check(50, "k2")) == 1 and firsts.row_reads == reads + 3
+    write(20, 50)  # the newest piece keeps its row, the older ones let theirs go
+    assert len(check(55, "k20")) == 1 and firsts.row_reads == reads + 3
+    assert len(check(55, "k2")) == 1 and firsts.row_reads == reads + 4
 
 
 def test_a_table_is_made_empty_until_a_commit_adds_a_file(spark, tmp_path):
