@@ -86,6 +86,11 @@ ONE_TASK_BATCH = 20_000
 #: partition. Known only with retry marking on (the default): the driver's pass counts them.
 TINY_FILE_BYTES = 16 << 10
 TINY_BATCH_BYTES = 4 << 20
+#: A batch whose records that did not decode come to at most this many raw bytes writes them to
+#: ``quarantine`` from the driver's pass (which decoded them for retry marking anyway) instead of
+#: a second Spark scan of the whole batch; a larger one is scanned again, so that the driver
+#: never holds a batch's worth of broken bytes.
+DRIVER_QUARANTINE_BYTES = 64 << 20
 _UNCOMPRESSED = {"compression": "uncompressed"}
 
 _DERIVED_NULLS = to_spark(pa.schema(DERIVED))
@@ -145,8 +150,10 @@ class BatchPlan:
         ]
         self.no_rule = F.lit(None).cast("string").alias("rule")
         #: Messages rows (decoded, held by a rule or not): a write that finds fewer than the
-        #: driver's pass did read a segment that went away in between (``DeltaSink.__call__``).
+        #: driver's pass did read a segment that went away in between (``DeltaSink.__call__``);
+        #: and records that did not decode, which the driver's pass may have kept.
         self.framed = F.sum(F.when(kind.isin("decoded", "held"), 1).otherwise(0)).alias("framed")
+        self.undecoded = F.sum(F.when(kind == "quarantined", 1).otherwise(0)).alias("undecoded")
 
     def checked(self, df: DataFrame) -> DataFrame:
         """``df`` with the ``_checks`` column of the rules (``off`` ones not evaluated)."""
@@ -198,11 +205,14 @@ class BatchPlan:
             *self.derived_nulls,
         )
 
-    def quarantine(self, df: DataFrame, batch_id: int, raw_reader=None) -> DataFrame:
+    def quarantine(self, df: DataFrame, batch_id: int, raw_reader=None, records: DataFrame | None = None) -> DataFrame:
         """Checked source rows -> the batch's ``quarantine`` rows, in the table's column order.
         Rows a quarantine-level rule holds are among them, their bytes read back by ``raw_reader``
-        (msglake.pipelines.io.source.raw_record_reader)."""
-        quarantine = df.where(self.quarantined).select(*self.quarantine_columns, self.no_rule)
+        (msglake.pipelines.io.source.raw_record_reader). ``records``: the batch's records that did
+        not decode, as the driver's pass found them (source columns); without it they are taken
+        from ``df``, a scan of the whole batch."""
+        undecoded = df.where(self.quarantined) if records is None else records
+        quarantine = undecoded.select(*self.quarantine_columns, self.no_rule)
         if raw_reader is not None:
             # Only when rules held rows: the union scans (decodes) the batch once more.
             held = df.where(self.held).select(*self.held_columns)
@@ -251,6 +261,9 @@ class BatchKeys:
     #: The first and last store time of the rows with a key (None: there are none).
     since: dt.datetime | None = None
     newest: dt.datetime | None = None
+    #: The records that did not decode (quarantine columns of the source schema); None: their
+    #: raw bytes came to more than :data:`DRIVER_QUARANTINE_BYTES`, so they were not kept.
+    undecoded: pa.Table | None = None
 
     @cached_property
     def hashes(self) -> np.ndarray:
@@ -277,7 +290,10 @@ def chunk_keys(batch: pa.RecordBatch) -> tuple:
     spots = spots.filter(messages).group_by(["topic", "partition"]).aggregate([])
     framed = pc.sum(messages).as_py() or 0
     nbytes = pc.sum(batch.column("recordLength").filter(messages)).as_py() or 0
-    return rows, framed, nbytes, set(zip(*spots.to_pydict().values()))
+    undecoded = pa.Table.from_batches([batch.select(_QUARANTINE_COLUMNS)]).filter(pc.is_valid(batch.column("reason")))
+    if undecoded.column("rawBytes").nbytes > DRIVER_QUARANTINE_BYTES:
+        undecoded = None
+    return rows, framed, nbytes, set(zip(*spots.to_pydict().values())), undecoded
 
 
 def rows_with_hashes(wanted: pa.Array, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -292,6 +308,10 @@ def batch_keys(chunks: list[tuple]) -> BatchKeys:
     rows = pa.concat_tables(tables) if tables else KEY_ROWS.empty_table()
     spots = set().union(*(c[3] for c in chunks)) if chunks else set()
     out = BatchKeys(rows, sum(c[1] for c in chunks), sum(c[2] for c in chunks), len(spots))
+    undecoded = [c[4] for c in chunks]
+    if all(t is not None for t in undecoded) and sum(t.column("rawBytes").nbytes for t in undecoded) <= \
+            DRIVER_QUARANTINE_BYTES:
+        out.undecoded = pa.concat_tables(undecoded) if undecoded else None
     if len(rows):
         low, high = pc.min_max(rows.column("storeTimestamp")).values()
         out.since, out.newest = low.as_py(), high.as_py()
@@ -459,8 +479,9 @@ class DeltaSink:
         from pyspark.sql import Observation
 
         seen = Observation(f"msglake-batch-{batch_id}")
-        observed = df.observe(seen, *self.plan.metrics, self.plan.framed)
+        observed = df.observe(seen, *self.plan.metrics, self.plan.framed, self.plan.undecoded)
         messages = self.plan.messages(observed, batch_id, retries, marked=keys is not None)
+        records = None  # the batch's records that did not decode, from the driver's pass
         tiny = (keys is not None and keys.message_bytes <= TINY_BATCH_BYTES
                 and keys.message_bytes < TINY_FILE_BYTES * max(keys.table_partitions, 1))
         path = self.paths[MESSAGES_TABLE.name]
@@ -474,6 +495,10 @@ class DeltaSink:
                 # A write that found fewer messages than the driver's pass read a segment that
                 # went away in between (retention): its keys are not what the table holds.
                 whole = int(row["framed"] or 0) >= keys.framed
+                # Taken from the driver when its pass saw what the write saw: the same messages
+                # (no segment went away in between) and the same records that did not decode.
+                if whole and keys.undecoded is not None and len(keys.undecoded) == int(row["undecoded"] or 0):
+                    records = spark.createDataFrame(keys.undecoded) if len(keys.undecoded) else None
                 # The batch's first-copy rows only where the pieces will take them (no other commit).
                 firsts = self._first_copies(keys, retries, counts) if whole and before == self.firsts.version else None
                 self.firsts.wrote(keys.since, keys.newest, before if whole else None, log_version(path), keys.hashes,
@@ -483,7 +508,7 @@ class DeltaSink:
             # so nothing was observed. Count the batch on its own.
             self._fill(counts, self._count(df))
         if counts.quarantined:
-            quarantine = self.plan.quarantine(df, batch_id, raw_reader=self._reader_for(counts))
+            quarantine = self.plan.quarantine(df, batch_id, raw_reader=self._reader_for(counts), records=records)
             self._append(quarantine, QUARANTINE_TABLE.name, batch_id)
         self.counts.add(counts)
         return counts

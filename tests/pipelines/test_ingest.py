@@ -433,6 +433,40 @@ def test_batch_read_equals_the_codec_output(spark, tmp_path):
     assert actual.where(F.size("headers") > 0).count() == expected_df.where(F.size("headers") > 0).count()
 
 
+def test_a_batchs_records_that_did_not_decode_are_written_from_the_drivers_pass(spark, tmp_path):
+    """With retry marking on, the driver's pass has decoded the batch: its records that did not
+    decode go to ``quarantine`` from there, and Spark scans the batch once (for ``messages``), not
+    a second time for them. The rows are the ones a scan finds."""
+    from msglake.pipelines.io.catalog import ensure_table
+    from msglake.schemas import LAKE_TABLES
+
+    data = tmp_path / "nsq"
+    generate(str(data), 300, max_bytes_per_file=16 << 10, bad_inputs=True)
+    paths = {spec.name: ensure_table(spark, make_settings(tmp_path / "lake"), spec) for spec in LAKE_TABLES}
+    options = {"format": "nsq-ext", "path": str(data), "splitBytes": "4096"}
+    df = spark.read.format("msglake").options(**options, dedupKeys="true").load()
+    tasks = df.rdd.getNumPartitions()
+    assert tasks > 2
+    # As the ingest job makes it: with a raw reader, so no counting pass comes first.
+    sink = DeltaSink("test-app", paths["messages"], paths["quarantine"], dedup_watermark_seconds=600,
+                     raw_reader=raw_record_reader("nsq-ext", str(data), {}))
+    sc = spark.sparkContext
+    sc.setJobGroup("driver-quarantine", "one scan")
+    try:
+        counts = sink(df, 0, DriverReader(options).map)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    tracker = sc.statusTracker()
+    stages = [s for j in tracker.getJobIdsForGroup("driver-quarantine") for s in tracker.getJobInfo(j).stageIds]
+    scans = [s for s in stages if tracker.getStageInfo(s) and tracker.getStageInfo(s).numTasks == tasks]
+    assert len(scans) == 1  # the messages write; the quarantine's rows came from the driver
+    cols = ["segment", "segmentPosition", "recordLength", "reason", "rawBytes"]
+    written = spark.read.format("delta").load(paths["quarantine"]).select(cols)
+    assert counts.quarantined == written.count() > 0
+    assert_df_equality(written, df.where("reason IS NOT NULL").select(cols), ignore_row_order=True,
+                       ignore_nullable=True)
+
+
 @pytest.mark.parametrize("fmt", ["nsq-ext", "rocketmq-commitlog"])
 def test_the_keys_the_source_makes_are_sparks(spark, tmp_path, fmt):
     """With ``dedupKeys`` the source's tasks make each row's retry key: the one Spark's
