@@ -88,9 +88,12 @@ TINY_FILE_BYTES = 16 << 10
 TINY_BATCH_BYTES = 4 << 20
 #: A batch whose records that did not decode come to at most this many raw bytes writes them to
 #: ``quarantine`` from the driver's pass (which decoded them for retry marking anyway) instead of
-#: a second Spark scan of the whole batch; a larger one is scanned again, so that the driver
-#: never holds a batch's worth of broken bytes.
+#: a second Spark scan of the whole batch; a larger one is scanned again. An Arrow batch of the
+#: driver's pass keeps its broken records' bytes only up to ``DRIVER_QUARANTINE_CHUNK_BYTES``
+#: (a broken region comes as rows of 1 MiB), so the pass never holds more than a sixteenth of a
+#: batch's bytes (its Arrow batches are about 4 MiB of segment) on the way to that limit.
 DRIVER_QUARANTINE_BYTES = 64 << 20
+DRIVER_QUARANTINE_CHUNK_BYTES = 256 << 10
 _UNCOMPRESSED = {"compression": "uncompressed"}
 
 _DERIVED_NULLS = to_spark(pa.schema(DERIVED))
@@ -150,10 +153,13 @@ class BatchPlan:
         ]
         self.no_rule = F.lit(None).cast("string").alias("rule")
         #: Messages rows (decoded, held by a rule or not): a write that finds fewer than the
-        #: driver's pass did read a segment that went away in between (``DeltaSink.__call__``);
-        #: and records that did not decode, which the driver's pass may have kept.
+        #: driver's pass did read a segment that went away in between (``DeltaSink.__call__``).
         self.framed = F.sum(F.when(kind.isin("decoded", "held"), 1).otherwise(0)).alias("framed")
-        self.undecoded = F.sum(F.when(kind == "quarantined", 1).otherwise(0)).alias("undecoded")
+        #: The records that did not decode, as :func:`undecoded_sums` tells those of the driver's pass.
+        undecoded = kind == "quarantined"
+        self.undecoded = [F.sum(F.when(undecoded, F.col(c).cast("long")).otherwise(0)).alias(f"undecoded:{c}")
+                          for c in ("recordLength", "segmentPosition")]
+        self.undecoded.append(F.sum(F.when(undecoded, 1).otherwise(0)).alias("undecoded:rows"))
 
     def checked(self, df: DataFrame) -> DataFrame:
         """``df`` with the ``_checks`` column of the rules (``off`` ones not evaluated)."""
@@ -291,9 +297,16 @@ def chunk_keys(batch: pa.RecordBatch) -> tuple:
     framed = pc.sum(messages).as_py() or 0
     nbytes = pc.sum(batch.column("recordLength").filter(messages)).as_py() or 0
     undecoded = pa.Table.from_batches([batch.select(_QUARANTINE_COLUMNS)]).filter(pc.is_valid(batch.column("reason")))
-    if undecoded.column("rawBytes").nbytes > DRIVER_QUARANTINE_BYTES:
+    if undecoded.column("rawBytes").nbytes > DRIVER_QUARANTINE_CHUNK_BYTES:
         undecoded = None
     return rows, framed, nbytes, set(zip(*spots.to_pydict().values())), undecoded
+
+
+def undecoded_sums(table: pa.Table) -> dict[str, int]:
+    """What the write observes of a batch's records that did not decode (``BatchPlan.undecoded``),
+    of those the driver's pass kept: their count, and the sums of their lengths and positions."""
+    return {"undecoded:rows": len(table),
+            **{f"undecoded:{c}": int(pc.sum(table.column(c)).as_py() or 0) for c in ("recordLength", "segmentPosition")}}
 
 
 def rows_with_hashes(wanted: pa.Array, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -311,7 +324,7 @@ def batch_keys(chunks: list[tuple]) -> BatchKeys:
     undecoded = [c[4] for c in chunks]
     if all(t is not None for t in undecoded) and sum(t.column("rawBytes").nbytes for t in undecoded) <= \
             DRIVER_QUARANTINE_BYTES:
-        out.undecoded = pa.concat_tables(undecoded) if undecoded else None
+        out.undecoded = pa.concat_tables(undecoded).combine_chunks() if undecoded else None
     if len(rows):
         low, high = pc.min_max(rows.column("storeTimestamp")).values()
         out.since, out.newest = low.as_py(), high.as_py()
@@ -479,9 +492,9 @@ class DeltaSink:
         from pyspark.sql import Observation
 
         seen = Observation(f"msglake-batch-{batch_id}")
-        observed = df.observe(seen, *self.plan.metrics, self.plan.framed, self.plan.undecoded)
+        observed = df.observe(seen, *self.plan.metrics, self.plan.framed, *self.plan.undecoded)
         messages = self.plan.messages(observed, batch_id, retries, marked=keys is not None)
-        records = None  # the batch's records that did not decode, from the driver's pass
+        records = None  # the batch's records that did not decode, from the driver's pass (pa.Table)
         tiny = (keys is not None and keys.message_bytes <= TINY_BATCH_BYTES
                 and keys.message_bytes < TINY_FILE_BYTES * max(keys.table_partitions, 1))
         path = self.paths[MESSAGES_TABLE.name]
@@ -497,8 +510,9 @@ class DeltaSink:
                 whole = int(row["framed"] or 0) >= keys.framed
                 # Taken from the driver when its pass saw what the write saw: the same messages
                 # (no segment went away in between) and the same records that did not decode.
-                if whole and keys.undecoded is not None and len(keys.undecoded) == int(row["undecoded"] or 0):
-                    records = spark.createDataFrame(keys.undecoded) if len(keys.undecoded) else None
+                if whole and keys.undecoded is not None and all(
+                        int(row[k] or 0) == v for k, v in undecoded_sums(keys.undecoded).items()):
+                    records = keys.undecoded
                 # The batch's first-copy rows only where the pieces will take them (no other commit).
                 firsts = self._first_copies(keys, retries, counts) if whole and before == self.firsts.version else None
                 self.firsts.wrote(keys.since, keys.newest, before if whole else None, log_version(path), keys.hashes,
@@ -508,7 +522,8 @@ class DeltaSink:
             # so nothing was observed. Count the batch on its own.
             self._fill(counts, self._count(df))
         if counts.quarantined:
-            quarantine = self.plan.quarantine(df, batch_id, raw_reader=self._reader_for(counts), records=records)
+            quarantine = self.plan.quarantine(df, batch_id, raw_reader=self._reader_for(counts),
+                                              records=None if records is None else spark.createDataFrame(records))
             self._append(quarantine, QUARANTINE_TABLE.name, batch_id)
         self.counts.add(counts)
         return counts

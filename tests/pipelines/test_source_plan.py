@@ -106,6 +106,8 @@ def test_the_drivers_decode_gives_the_same_rows_in_its_processes_as_in_its_own(t
     there = batch_keys(S.DriverReader(options).map(chunk_keys))
     assert len(here.hashes) > 1000 and here.framed == there.framed and here.table_partitions == there.table_partitions
     assert here.rows.equals(there.rows)
+    # The records that did not decode (every kind of corruption), which a batch's quarantine takes.
+    assert len(here.undecoded) > 5 and here.undecoded.equals(there.undecoded)
     # A function of arguments given with it (functools.partial) reaches the processes too.
     wanted = set(here.hashes[:5].tolist())
     picked = S.DriverReader(options).map(functools.partial(rows_with_hashes, pa.array(sorted(wanted))))
