@@ -94,6 +94,8 @@ TINY_BATCH_BYTES = 4 << 20
 #: batch's bytes (its Arrow batches are about 4 MiB of segment) on the way to that limit.
 DRIVER_QUARANTINE_BYTES = 64 << 20
 DRIVER_QUARANTINE_CHUNK_BYTES = 256 << 10
+#: The columns of those records whose sums tell the write's from the driver's pass's (with their count).
+_UNDECODED_SUMS = ("recordLength", "segmentPosition")
 _UNCOMPRESSED = {"compression": "uncompressed"}
 
 _DERIVED_NULLS = to_spark(pa.schema(DERIVED))
@@ -158,7 +160,7 @@ class BatchPlan:
         #: The records that did not decode, as :func:`undecoded_sums` tells those of the driver's pass.
         undecoded = kind == "quarantined"
         self.undecoded = [F.sum(F.when(undecoded, F.col(c).cast("long")).otherwise(0)).alias(f"undecoded:{c}")
-                          for c in ("recordLength", "segmentPosition")]
+                          for c in _UNDECODED_SUMS]
         self.undecoded.append(F.sum(F.when(undecoded, 1).otherwise(0)).alias("undecoded:rows"))
 
     def checked(self, df: DataFrame) -> DataFrame:
@@ -306,7 +308,7 @@ def undecoded_sums(table: pa.Table) -> dict[str, int]:
     """What the write observes of a batch's records that did not decode (``BatchPlan.undecoded``),
     of those the driver's pass kept: their count, and the sums of their lengths and positions."""
     return {"undecoded:rows": len(table),
-            **{f"undecoded:{c}": int(pc.sum(table.column(c)).as_py() or 0) for c in ("recordLength", "segmentPosition")}}
+            **{f"undecoded:{c}": int(pc.sum(table.column(c)).as_py() or 0) for c in _UNDECODED_SUMS}}
 
 
 def rows_with_hashes(wanted: pa.Array, batch: pa.RecordBatch) -> pa.RecordBatch:
