@@ -6,10 +6,11 @@
 //! end the file exactly; zeros are the unwritten tail.
 
 use super::layout::{body_length_at, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, MIN_RECORD};
-use crate::read::{be_i16, be_i32, be_i64};
+use crate::read::{be_i16, be_i32, be_i64, prefetch};
 
 /// Big-endian signed integer of `width` (1, 2, 4 or 8) bytes at `at`, bytes past the buffer
 /// read as its last byte (as `formats/base.py::be_int` reads them).
+#[inline(always)]
 pub fn clamped(b: &[u8], at: i64, width: usize) -> i64 {
     if at >= 0 && (at as usize).saturating_add(width) <= b.len() {
         // The usual case, read at once: a record's fields lie inside the buffer. One read per
@@ -25,6 +26,13 @@ pub fn clamped(b: &[u8], at: i64, width: usize) -> i64 {
             _ => unreachable!("fields are 1, 2, 4 or 8 bytes wide"),
         };
     }
+    clamped_past(b, at, width)
+}
+
+/// [`clamped`] of a field that is not all inside the buffer: only a broken record's.
+#[cold]
+#[inline(never)]
+fn clamped_past(b: &[u8], at: i64, width: usize) -> i64 {
     let last = b.len().saturating_sub(1) as i64;
     let mut v: i64 = 0;
     for k in 0..width as i64 {
@@ -146,6 +154,14 @@ pub fn walk_each(buf: &[u8], start: i64, end: i64, hard_end: i64, phys_base: i64
             break;
         }
         let size = be_i32(buf, pos as usize) as i64;
+        // The next record, guessed as long as this one, is asked for while this one decodes:
+        // its check reads its lengths past the body first, a jump the hardware's prefetcher
+        // does not follow (perf: the load of TOPICLENGTH was the hottest of a pass, 6 %).
+        let mut line = pos + size;
+        while line < pos + 2 * size + 64 {
+            prefetch(buf, line);
+            line += 64;
+        }
         each(fr.positions.len(), pos, size);
         fr.positions.push(pos);
         fr.lengths.push(size);
