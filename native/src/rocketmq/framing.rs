@@ -74,9 +74,33 @@ pub fn check_record(buf: &[u8], pos: i64, size: i64, phys: i64) -> Option<String
     None
 }
 
-/// How much of the next record the walk asks for ahead: a record of a few KiB whole; of a
-/// larger one (up to 4 MiB), whose body the CPU streams in anyway, the start only.
-const PREFETCH_BYTES: i64 = 4096;
+/// Records up to this long are asked for whole by the walk ahead of their check (see
+/// [`prefetch_next`]); of a longer one, its start and its last bytes only.
+const PREFETCH_WHOLE: i64 = 1024;
+
+/// Asks the CPU for the record that follows one of `size` bytes ending at `next`, guessed as
+/// long as that one. Its check reads the header fields, then jumps over the body to TOPICLENGTH
+/// before anything reads the body: a jump the hardware prefetcher does not follow (perf: that
+/// load was the hottest of a RocketMQ pass, 6 %). Asked for while the record before it decodes,
+/// the bytes are in cache when the check comes. Only a hint: `prefetch` ignores positions
+/// outside `buf`, and a wrong guess costs a few wasted loads.
+#[inline(always)]
+fn prefetch_next(buf: &[u8], next: i64, size: i64) {
+    let (head, tail) = if size <= PREFETCH_WHOLE { (size, None) } else { (64, Some(next + size - 256)) };
+    // `+ 64`: the last line of the range, when it does not start on a line boundary.
+    let mut line = next;
+    while line < next + head + 64 {
+        prefetch(buf, line);
+        line += 64;
+    }
+    if let Some(from) = tail {
+        let mut line = from;
+        while line < next + size + 64 {
+            prefetch(buf, line);
+            line += 64;
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stop {
@@ -158,15 +182,7 @@ pub fn walk_each(buf: &[u8], start: i64, end: i64, hard_end: i64, phys_base: i64
             break;
         }
         let size = be_i32(buf, pos as usize) as i64;
-        // The next record, guessed as long as this one (up to PREFETCH_BYTES), is asked for
-        // while this one decodes: its check reads its lengths past the body first, a jump the
-        // hardware's prefetcher does not follow (perf: the load of TOPICLENGTH was the hottest
-        // of a pass, 6 %).
-        let mut line = pos + size;
-        while line < pos + size + size.min(PREFETCH_BYTES) + 64 {
-            prefetch(buf, line);
-            line += 64;
-        }
+        prefetch_next(buf, pos + size, size);
         each(fr.positions.len(), pos, size);
         fr.positions.push(pos);
         fr.lengths.push(size);
