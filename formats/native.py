@@ -18,7 +18,7 @@ import pyarrow as pa
 
 ENV = "MSGLAKE_NATIVE"
 #: The extension's ``API_VERSION`` these codecs call (``native/src/lib.rs``).
-API_VERSION = 11
+API_VERSION = 12
 _warned = False
 
 

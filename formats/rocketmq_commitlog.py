@@ -555,6 +555,7 @@ def _native_decoded(core: _CoreRows, n: int) -> _Decoded:
 
 #: Where the native rows' accounting columns are (by index: a look-up by name costs more).
 _RECORD_LENGTH, _SYSFLAG = SOURCE_SCHEMA.get_field_index("recordLength"), SOURCE_SCHEMA.get_field_index("sysFlag")
+_COMPRESSION = SOURCE_SCHEMA.get_field_index("compression")
 
 
 @dataclass
@@ -916,7 +917,8 @@ class RocketMqCommitLogCodec(NativeCodec):
             return walk(data, 0, len(data), hard_end, phys_base, file_end)
         at, records, stop, kind, why, need, rows, outer, nbytes, reasons = self._core.rmq_chunk(
             data, 0, len(data), hard_end, phys_base, file_end, base,
-            _chunk_constants(segment), _CODEC_LIST, self.verify_crc, self.delay_levels.tolist(), *_NATIVE_RULES,
+            _chunk_constants(segment), _CODEC_LIST, self.verify_crc, self.decompress, self.delay_levels.tolist(),
+            *_NATIVE_RULES,
             NV.layout(self._core, SOURCE_SCHEMA))
         return Framing(None, None, stop, kind, why, need, records=records, core_numbers=at,
                        decoded=_CoreRows(NV.arrow_as(rows, SOURCE_SCHEMA), outer, nbytes, reasons))
@@ -932,21 +934,24 @@ class RocketMqCommitLogCodec(NativeCodec):
             return None, 0
         if self._core is not None:
             core = fr.decoded
-            if not core.reasons and not self.decompress and core.rows.num_rows:
-                return core.rows, core.nbytes  # the usual chunk: every row kept as made
+            if not core.reasons and core.rows.num_rows and not (
+                    self.decompress and core.rows.column(_COMPRESSION).null_count < core.rows.num_rows):
+                return core.rows, core.nbytes  # the usual chunk: every row kept as made (every body inflated)
             d = _native_decoded(core, n)
         else:
             msg = _python_messages(buf, fr.positions, fr.lengths, self.verify_crc, self._message_rows)
             d = _Decoded(msg.r, msg.o, msg.length, msg.sysflag,
                          {**self._record_columns(msg, base, seg), **self._property_columns(msg)})
         r, o, m = d.r, d.o, len(d.o)
-        compressed = (d.sysflag & L.COMPRESSED_FLAG) != 0
         columns = d.columns
-        if self.decompress and compressed.any():
+        # A body still compressed is one the native core left (it inflates only whole, checked
+        # streams) or, on the Python path, every compressed one: its compression is named.
+        compression = (columns["compression"] if columns is not None else d.batch.column(_COMPRESSION))
+        if self.decompress and compression.null_count < m:
             if columns is None:
                 columns = NV.columns(d.batch)
-            body, compression = columns["body"], columns["compression"]
-            where = np.flatnonzero(compressed)
+            body = columns["body"]
+            where = np.flatnonzero(pc.is_valid(compression).to_numpy(zero_copy_only=False))
             plain = []
             for j in where.tolist():
                 try:

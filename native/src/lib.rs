@@ -216,7 +216,7 @@ fn rmq_rules(delay_levels: Vec<i64>, reserved: Vec<String>, system_topics: Vec<S
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn rmq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64, hard_end: i64, phys_base: i64,
                   file_end: i64, base: i64, constants: Constants, codec_names: Vec<String>, verify_crc: bool,
-                  delay_levels: Vec<i64>, reserved: Vec<String>, system_topics: Vec<String>, system_prefix: String,
+                  decompress: bool, delay_levels: Vec<i64>, reserved: Vec<String>, system_topics: Vec<String>, system_prefix: String,
                   layout: PyRef<'py, Layout>)
     -> PyResult<(Bound<'py, Batch>, usize, i64, &'static str, String, i64, Bound<'py, Batch>, Bound<'py, Batch>,
                  i64, Vec<(usize, String)>)> {
@@ -239,25 +239,32 @@ fn rmq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64
     let bytes = m.length.iter().sum();
     let mut outer = BatchBuilder::new();
     outer.add("outer", numbers::<Int64Type>(std::mem::take(&mut m.outer)));
+    let rows = py.allow_threads(|| messages_batch(m, base, &constants, &codec_names, decompress));
     Ok((positions(py, fr.positions, Some(fr.lengths))?, records, fr.stop, fr.kind.name(), fr.why, fr.need,
-        messages_batch(m, base, &constants, &codec_names).finish_as(py, &layout, n)?, outer.finish(py, n)?, bytes,
-        reasons))
+        rows.finish_as(py, &layout, n)?, outer.finish(py, n)?, bytes, reasons))
 }
 
 /// The decoded RocketMQ messages as the unified schema's columns, under their names and in
 /// their types (`outer`, the record each row comes from, is taken out before). `base`: the
 /// file position of the chunk, added to SEGMENTPOSITION; `constants`: the columns of one value; `codec_names`: the
-/// compression's name for each COMPRESSIONTYPE (SYSFLAG bits 8-10). Every row's record passed
-/// the checks, so both times are within a Spark TIMESTAMP.
-fn messages_batch(m: rocketmq::records::Messages, base: i64, constants: &Constants, codec_names: &[String])
-    -> BatchBuilder {
+/// compression's name for each COMPRESSIONTYPE (SYSFLAG bits 8-10); `decompress`: compressed
+/// bodies inflated where `rocketmq::inflate` takes them, `compression` then null (it names the
+/// codec of a body still compressed). Every row's record passed the checks, so both times are
+/// within a Spark TIMESTAMP.
+fn messages_batch(mut m: rocketmq::records::Messages, base: i64, constants: &Constants, codec_names: &[String],
+                  decompress: bool) -> BatchBuilder {
     let n = m.pos.len();
+    let compressed: Vec<bool> = if decompress {
+        let (body, still) = rocketmq::inflate::bodies(std::mem::take(&mut m.body), &m.sysflag, codec_names);
+        m.body = body;
+        still
+    } else {
+        m.sysflag.iter().map(|&f| f & rocketmq::layout::COMPRESSED_FLAG != 0).collect()
+    };
     let mut compression = Binary::with_capacity(n, 0);
-    let compressed: Vec<bool> = m.sysflag.iter().map(|&f| {
-        let on = f & rocketmq::layout::COMPRESSED_FLAG != 0;
+    for (&f, &on) in m.sysflag.iter().zip(&compressed) {
         compression.push(if on { codec_names[((f >> 8) & 7) as usize].as_bytes() } else { b"" });
-        on
-    }).collect();
+    }
     let shift = |mut v: Vec<i64>, add: i64| {
         v.iter_mut().for_each(|x| *x += add);
         v
@@ -353,7 +360,7 @@ fn nsq_header_batch(c: nsq::headers::Columns) -> BatchBuilder {
 
 /// Bumped whenever a function's arguments or results change: `formats/native.py` uses the
 /// module only when it names the same version, so a stale build never meets newer codecs.
-const API_VERSION: u32 = 11;
+const API_VERSION: u32 = 12;
 
 /// Producer-retry keys of a batch's rows (`keys`): columns `dedupKey` (the SHA-256 hex string
 /// `transforms.dedup.dedup_key` makes in Spark) and `keyHash` (its `key_hash`), null where a row
@@ -415,7 +422,7 @@ mod tests {
     #[test]
     fn batches_of_no_rows_build() {
         let m = rocketmq::records::decode(&[], &[], &[], true, &rules());
-        assert_eq!(messages_batch(m, 0, &(vec![("s".into(), None)], vec![("i".into(), Some(4))]), &[]).build(0).unwrap().len(), 0);
+        assert_eq!(messages_batch(m, 0, &(vec![("s".into(), None)], vec![("i".into(), Some(4))]), &[], false).build(0).unwrap().len(), 0);
         assert_eq!(nsq_header_batch(nsq::headers::Columns::default()).build(0).unwrap().len(), 0);
     }
 
@@ -430,7 +437,7 @@ mod tests {
         let names: Vec<String> = (0..8).map(|t| format!("codec{t}")).collect();
         let constants = (vec![("segment".into(), Some("00000000000000000000".into())), ("none".into(), None)],
                          vec![("priority".into(), Some(4)), ("nothing".into(), None)]);
-        let b = messages_batch(m, 1_000, &constants, &names).build(1).unwrap();
+        let b = messages_batch(m, 1_000, &constants, &names, false).build(1).unwrap();
         let column = |name: &str| b.column_by_name(name).unwrap_or_else(|| panic!("no {name}")).clone();
         assert_eq!(column("segmentPosition").as_primitive::<Int64Type>().value(0), 1_000);
         let born = rocketmq::records::decode(&rec, &[0], &[rec.len() as i64], true, &rules()).born_ms[0];

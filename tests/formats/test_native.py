@@ -15,6 +15,7 @@ import struct
 import sys
 import tempfile
 import warnings
+import zlib
 
 import numpy as np
 import pyarrow as pa
@@ -260,6 +261,66 @@ def test_rocketmq_sample_store_with_every_corruption_kind(tmp_path, seed):
 
 
 @needs_native
+def test_compressed_bodies_inflate_in_the_core_and_the_rest_as_in_python(tmp_path, monkeypatch):
+    """With ``decompress``, the core inflates each whole, checked stream itself: a chunk of such
+    bodies needs no Python step. A body it leaves as stored (bytes after a zlib stream, which
+    Python's zlib ignores; a stream that does not decompress) is decided by the Python step, with
+    the same rows and quarantine reasons on both paths."""
+    from msglake.formats import rocketmq_commitlog as R
+
+    plain = b'{"report":"' + b"ab" * 3000 + b'"}'
+    calls = []
+    real = R._decompress
+    monkeypatch.setattr(R, "_decompress", lambda body, codec: calls.append(codec) or real(body, codec))
+    whole = str(tmp_path / "whole")
+    with CommitLogWriter(whole, 1 << 20) as w:
+        for codec in ("zlib", "lz4", "zstd", "zlib"):
+            w.put(Message("t", plain, compression=codec))
+        w.put(Message("t", plain, compression="zlib", compression_type_bits=False))
+    table = assert_same(RocketMqCommitLogCodec, whole, decompress=True)
+    assert table["body"].to_pylist() == [plain] * 5 and table["compression"].null_count == 5
+    assert calls == ["zlib", "lz4", "zstd", "zlib", "zlib"]  # the Python path's; the core inflated its own
+
+    left = str(tmp_path / "left")
+    with CommitLogWriter(left, 1 << 20) as w:
+        w.put(Message("t", plain, compression="zstd"))
+        for body in (zlib.compress(plain, 5) + b"xx", b"not zlib at all"):
+            rec = bytearray(w.record_bytes(Message("t", body)))
+            rec[36:40] = struct.pack(">i", 0x301)  # says zlib-compressed
+            w.put_raw(bytes(rec))
+    calls.clear()
+    table = assert_same(RocketMqCommitLogCodec, left, decompress=True)
+    assert calls == ["zlib", "zlib"] + ["zstd", "zlib", "zlib"]  # native: the two it left; then Python's three
+    rows = table.filter(pa.compute.is_null(table["reason"]))
+    assert rows["body"].to_pylist() == [plain, plain] and rows["compression"].null_count == 2
+    [why] = table.filter(pa.compute.is_valid(table["reason"]))["reason"].to_pylist()
+    assert why.startswith("body does not decompress as zlib: ")
+
+
+@needs_native
+@FAST
+@given(codec=st.sampled_from(["zlib", "lz4", "zstd"]), plain=st.binary(max_size=400).map(lambda b: b * 4),
+       flips=st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), max_size=2),
+       end=st.sampled_from(["whole", "cut", "extra"]))
+def test_broken_compressed_bodies_are_decided_alike(codec, plain, flips, end):
+    """Bodies that say they are compressed, with bytes flipped, cut short or followed by more: the
+    core inflates only what the Python step would inflate to the same bytes."""
+    from msglake.formats import rocketmq_layout as L
+    from msglake.samples.rocketmq_writer import compress
+
+    body = bytearray(compress(plain, codec))
+    for at, value in flips:
+        body[at % len(body)] = value
+    body = body[:-3] if end == "cut" else body + b"\x00\x01" if end == "extra" else body
+    with tempfile.TemporaryDirectory() as root:
+        with CommitLogWriter(root, 1 << 20) as w:
+            rec = bytearray(w.record_bytes(Message("t", bytes(body))))
+            rec[36:40] = struct.pack(">i", L.COMPRESSED_FLAG | L.COMPRESSION_BITS[codec] << 8)
+            w.put_raw(bytes(rec))
+        assert_same(RocketMqCommitLogCodec, root, decompress=True)
+
+
+@needs_native
 def test_rocketmq_sparse_live_file(tmp_path):
     src = str(tmp_path / "src")
     with CommitLogWriter(src, 1 << 20) as w:
@@ -467,7 +528,7 @@ def test_a_layout_arranges_a_batch_and_refuses_what_does_not_fit(tmp_path):
 
     def rows(schema):
         out = core.rmq_chunk(data, 0, len(data), len(data), 0, len(data), 0, R._chunk_constants("0"), R._CODEC_LIST,
-                             True, codec.delay_levels.tolist(), *R._NATIVE_RULES, core.Layout(schema))
+                             True, False, codec.delay_levels.tolist(), *R._NATIVE_RULES, core.Layout(schema))
         return N.arrow_as(out[6], schema)
 
     wider = SOURCE_SCHEMA.insert(3, pa.field("nothing", pa.int64()))

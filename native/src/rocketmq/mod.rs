@@ -4,6 +4,7 @@ pub mod batch;
 pub mod columns;
 pub mod framing;
 pub mod hosts;
+pub mod inflate;
 pub mod layout;
 pub mod properties;
 pub mod records;
