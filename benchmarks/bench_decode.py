@@ -2,7 +2,7 @@
 and for RocketMQ its own Java ``MessageDecoder`` on the same files.
 
     .venv/bin/python benchmarks/bench_decode.py [--messages 1000000] [--formats nsq-ext,rocketmq-commitlog]
-        [--repeat 3]
+        [--repeat 3] [--decompress]
 
 Uses the suite's data sets (bench-data/suite-<format>-<N>/data/, generated once, no bad inputs) and
 times what a Spark task runs (:func:`bench_ingest.decode_pass`: decode every file chunk by chunk,
@@ -11,7 +11,8 @@ page cache warm and the process pinned to one CPU. Both paths must decode every 
 Java peer (:func:`java_peer.run`, pinned to the same CPU) must count the same messages. The peer
 is compared doing the same work both ways: BODYCRC unchecked (its decoder's default) against the
 native core with ``verifyCrc: false``, and checked (msglake's default) against the native core as
-it runs by default.
+it runs by default. ``--decompress`` also times both paths with RocketMQ's ``decompress: true``
+(about 1 % of the suite's records carry a producer-compressed body of ~6 KB: zlib, lz4, zstd).
 For the native path it also splits a pass into the core's calls, the chunk reads and the Python
 steps around them (``native_parts``).
 Writes benchmarks/results/decode-<timestamp>.json and prints a Markdown table.
@@ -120,11 +121,24 @@ def peer_lines(fmt: str, data, expected: int, runs: dict, repeat: int) -> list[s
             f"{runs['nativeOverJavaMappedPerPass']:.2f}x | | |"]
 
 
+def decompress_lines(fmt: str, data, expected: int, runs: dict, repeat: int) -> list[str]:
+    """Both paths with the bodies producers compressed inflated (``runs["pythonDecompress"]``,
+    ``runs["nativeDecompress"]``); the table rows."""
+    out = []
+    for path in PATHS:
+        r = runs[f"{path}Decompress"] = best_pass(fmt, data, path, repeat, {"decompress": True})
+        assert r["messages"] == expected, (fmt, path, r["messages"], expected)
+        out.append(f"| {fmt} | {path}, decompress true | {r['messagesPerS']:,.0f} | {r['mbPerS']:,.1f} | {r['seconds']} |")
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--messages", type=int, default=1_000_000)
     p.add_argument("--formats", default="nsq-ext,rocketmq-commitlog")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--decompress", action="store_true",
+                   help="also decode RocketMQ with decompress: true, on both paths")
     args = p.parse_args(argv)
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, as a Spark task has
     from msglake.formats.native import core
@@ -149,6 +163,8 @@ def main(argv=None) -> int:
                      f"Python {parts['pythonSeconds']} s | | {parts['seconds']} |")
         if fmt == PEER_FORMAT:
             lines += peer_lines(fmt, data, expected, runs, args.repeat)
+        if fmt == PEER_FORMAT and args.decompress:
+            lines += decompress_lines(fmt, data, expected, runs, args.repeat)
         result["formats"][fmt] = runs
     write("decode", result)
     print("\n".join(lines))
