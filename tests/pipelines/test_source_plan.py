@@ -120,7 +120,10 @@ def test_the_drivers_decode_gives_the_same_rows_in_its_processes_as_in_its_own(t
     with pytest.raises(RuntimeError, match="decoding process failed a task"):
         pool().map(int, [(lambda: 1,)])
     assert pool().map(int, [("12",), ("13",)]) == [12, 13]
-    # A process that died is started again for the next call.
-    pool()._procs[0].kill()
-    pool()._procs[0].wait()
+    # A process that died is started again for the next call. (One pool object: a second pool()
+    # call may already see the killed process gone and start a new pool, whose live process a
+    # wait() would wait on for ever.)
+    dying = pool()._procs[0]
+    dying.kill()
+    dying.wait()
     assert pool().map(int, [("1",), ("2",), ("3",)]) == [1, 2, 3]
