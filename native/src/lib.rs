@@ -229,6 +229,9 @@ fn rmq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64
         let bytes = view.bytes();
         let room = (end - start).max(0) as usize;
         let mut d = rocketmq::records::Decoder::new(bytes, verify_crc, &rules, room / 256, room);
+        if decompress {
+            d = d.inflating(&codec_names);
+        }
         let fr = rocketmq::framing::walk_each(bytes, start, end, hard_end, phys_base, file_end,
                                               |i, p, size| d.record(i, p, size));
         (fr, d.finish())
@@ -239,25 +242,22 @@ fn rmq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64
     let bytes = m.length.iter().sum();
     let mut outer = BatchBuilder::new();
     outer.add("outer", numbers::<Int64Type>(std::mem::take(&mut m.outer)));
-    let rows = py.allow_threads(|| messages_batch(m, base, &constants, &codec_names, decompress));
     Ok((positions(py, fr.positions, Some(fr.lengths))?, records, fr.stop, fr.kind.name(), fr.why, fr.need,
-        rows.finish_as(py, &layout, n)?, outer.finish(py, n)?, bytes, reasons))
+        messages_batch(m, base, &constants, &codec_names).finish_as(py, &layout, n)?, outer.finish(py, n)?, bytes,
+        reasons))
 }
 
 /// The decoded RocketMQ messages as the unified schema's columns, under their names and in
 /// their types (`outer`, the record each row comes from, is taken out before). `base`: the
 /// file position of the chunk, added to SEGMENTPOSITION; `constants`: the columns of one value; `codec_names`: the
-/// compression's name for each COMPRESSIONTYPE (SYSFLAG bits 8-10); `decompress`: compressed
-/// bodies inflated where `rocketmq::inflate` takes them, `compression` then null (it names the
-/// codec of a body still compressed). Every row's record passed the checks, so both times are
-/// within a Spark TIMESTAMP.
-fn messages_batch(mut m: rocketmq::records::Messages, base: i64, constants: &Constants, codec_names: &[String],
-                  decompress: bool) -> BatchBuilder {
+/// compression's name for each COMPRESSIONTYPE (SYSFLAG bits 8-10), on the rows whose body is
+/// compressed (with `decompress`, still compressed: left by `rocketmq::inflate`). Every row's
+/// record passed the checks, so both times are within a Spark TIMESTAMP.
+fn messages_batch(mut m: rocketmq::records::Messages, base: i64, constants: &Constants, codec_names: &[String])
+    -> BatchBuilder {
     let n = m.pos.len();
-    let compressed: Vec<bool> = if decompress {
-        let (body, still) = rocketmq::inflate::bodies(std::mem::take(&mut m.body), &m.sysflag, codec_names);
-        m.body = body;
-        still
+    let compressed: Vec<bool> = if m.inflater.is_some() {
+        std::mem::take(&mut m.still_compressed)
     } else {
         m.sysflag.iter().map(|&f| f & rocketmq::layout::COMPRESSED_FLAG != 0).collect()
     };
@@ -422,7 +422,7 @@ mod tests {
     #[test]
     fn batches_of_no_rows_build() {
         let m = rocketmq::records::decode(&[], &[], &[], true, &rules());
-        assert_eq!(messages_batch(m, 0, &(vec![("s".into(), None)], vec![("i".into(), Some(4))]), &[], false).build(0).unwrap().len(), 0);
+        assert_eq!(messages_batch(m, 0, &(vec![("s".into(), None)], vec![("i".into(), Some(4))]), &[]).build(0).unwrap().len(), 0);
         assert_eq!(nsq_header_batch(nsq::headers::Columns::default()).build(0).unwrap().len(), 0);
     }
 
@@ -437,7 +437,7 @@ mod tests {
         let names: Vec<String> = (0..8).map(|t| format!("codec{t}")).collect();
         let constants = (vec![("segment".into(), Some("00000000000000000000".into())), ("none".into(), None)],
                          vec![("priority".into(), Some(4)), ("nothing".into(), None)]);
-        let b = messages_batch(m, 1_000, &constants, &names, false).build(1).unwrap();
+        let b = messages_batch(m, 1_000, &constants, &names).build(1).unwrap();
         let column = |name: &str| b.column_by_name(name).unwrap_or_else(|| panic!("no {name}")).clone();
         assert_eq!(column("segmentPosition").as_primitive::<Int64Type>().value(0), 1_000);
         let born = rocketmq::records::decode(&rec, &[0], &[rec.len() as i64], true, &rules()).born_ms[0];

@@ -7,6 +7,7 @@
 use super::batch::{unwrap, Mini};
 use super::columns::{Derived, Rules};
 use super::hosts::{format_host, message_id};
+use super::inflate::Inflater;
 use super::layout::{body_length_at, host_width, BORNHOST_V6_FLAG, BORN_HOST_AT, COMPRESSED_FLAG, MAGIC_V2,
                     NEED_UNWRAP_FLAG, STOREHOST_V6_FLAG};
 use super::properties::Kept;
@@ -177,6 +178,10 @@ pub struct Messages {
     pub message_id: Binary,
     pub props: Props,
     pub derived: Derived,
+    /// With `decompress`: what inflates the compressed bodies as they are pushed, and for each
+    /// row whether its body is still compressed (flagged, and left for the Python step).
+    pub inflater: Option<Inflater>,
+    pub still_compressed: Vec<bool>,
 }
 
 impl Messages {
@@ -235,7 +240,20 @@ impl Messages {
         self.reconsume.push(be_i32(buf, r.recon_at));
         self.prepared.push(be_i64(buf, r.recon_at + 4));
         self.topic.push(&buf[r.topic.0..r.topic.1]);
-        self.body.push(&buf[mini.body.0 as usize..mini.body.1 as usize]);
+        let body = &buf[mini.body.0 as usize..mini.body.1 as usize];
+        match self.inflater.as_mut() {
+            None => self.body.push(body),
+            Some(inf) => {
+                let flagged = r.sysflag & COMPRESSED_FLAG != 0; // never on a batch's messages (checked)
+                let inflated = flagged && inf.append(body, r.sysflag, &mut self.body.data);
+                if inflated {
+                    self.body.offsets.push(self.body.data.len() as i32);
+                } else {
+                    self.body.push(body);
+                }
+                self.still_compressed.push(flagged && !inflated);
+            }
+        }
         self.born_host.push(&buf[p + BORN_HOST_AT..r.store_ts_at]);
         self.store_host.push(&buf[r.store_at..r.recon_at]);
         message_id(&buf[r.store_at..r.recon_at], &buf[p + 28..p + 36], &mut self.message_id.data);
@@ -305,6 +323,13 @@ impl<'a> Decoder<'a> {
                 }
             }
         }
+    }
+
+    /// Inflate the compressed bodies (`decompress`) as their rows are made; `codec_names[t]`:
+    /// the codec of COMPRESSIONTYPE `t`.
+    pub fn inflating(mut self, codec_names: &[String]) -> Self {
+        self.out.inflater = Inflater::new(codec_names);
+        self
     }
 
     pub fn finish(self) -> Messages {
