@@ -253,11 +253,13 @@ fn rmq_chunk<'py>(py: Python<'py>, buf: &Bound<'py, PyAny>, start: i64, end: i64
 /// compression's name for each COMPRESSIONTYPE (SYSFLAG bits 8-10), on the rows whose body is
 /// compressed (with `decompress`, still compressed: left by `rocketmq::inflate`). Every row's
 /// record passed the checks, so both times are within a Spark TIMESTAMP.
-fn messages_batch(mut m: rocketmq::records::Messages, base: i64, constants: &Constants, codec_names: &[String])
+fn messages_batch(m: rocketmq::records::Messages, base: i64, constants: &Constants, codec_names: &[String])
     -> BatchBuilder {
     let n = m.pos.len();
     let compressed: Vec<bool> = if m.inflater.is_some() {
-        std::mem::take(&mut m.still_compressed)
+        let mut left = vec![false; n];
+        m.left_compressed.iter().for_each(|&row| left[row] = true);
+        left
     } else {
         m.sysflag.iter().map(|&f| f & rocketmq::layout::COMPRESSED_FLAG != 0).collect()
     };

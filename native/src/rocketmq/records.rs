@@ -178,10 +178,10 @@ pub struct Messages {
     pub message_id: Binary,
     pub props: Props,
     pub derived: Derived,
-    /// With `decompress`: what inflates the compressed bodies as they are pushed, and for each
-    /// row whether its body is still compressed (flagged, and left for the Python step).
+    /// With `decompress`: what inflates the compressed bodies as they are pushed, and the rows
+    /// whose body it left compressed (for the Python step).
     pub inflater: Option<Inflater>,
-    pub still_compressed: Vec<bool>,
+    pub left_compressed: Vec<usize>,
 }
 
 impl Messages {
@@ -241,18 +241,10 @@ impl Messages {
         self.prepared.push(be_i64(buf, r.recon_at + 4));
         self.topic.push(&buf[r.topic.0..r.topic.1]);
         let body = &buf[mini.body.0 as usize..mini.body.1 as usize];
-        match self.inflater.as_mut() {
-            None => self.body.push(body),
-            Some(inf) => {
-                let flagged = r.sysflag & COMPRESSED_FLAG != 0; // never on a batch's messages (checked)
-                let inflated = flagged && inf.append(body, r.sysflag, &mut self.body.data);
-                if inflated {
-                    self.body.offsets.push(self.body.data.len() as i32);
-                } else {
-                    self.body.push(body);
-                }
-                self.still_compressed.push(flagged && !inflated);
-            }
+        if r.sysflag & COMPRESSED_FLAG != 0 && self.inflater.is_some() {
+            self.push_inflated(body, r.sysflag); // never on a batch's messages (checked)
+        } else {
+            self.body.push(body);
         }
         self.born_host.push(&buf[p + BORN_HOST_AT..r.store_ts_at]);
         self.store_host.push(&buf[r.store_at..r.recon_at]);
@@ -260,6 +252,20 @@ impl Messages {
         self.message_id.offsets.push(self.message_id.data.len() as i32);
         self.add_properties(kept);
         self.derived.push(rules, &kept.entries, r.sysflag, be_i64(buf, p + 40), &buf[r.topic.0..r.topic.1]);
+    }
+
+    /// A compressed body, inflated where the inflater takes it, else as stored (its row noted
+    /// in `left_compressed`). Out of `push`'s way: few records are compressed.
+    #[cold]
+    #[inline(never)]
+    fn push_inflated(&mut self, body: &[u8], sysflag: i32) {
+        let inf = self.inflater.as_mut().expect("called with an inflater");
+        if inf.append(body, sysflag, &mut self.body.data) {
+            self.body.offsets.push(self.body.data.len() as i32);
+        } else {
+            self.left_compressed.push(self.body.offsets.len() - 1);
+            self.body.push(body);
+        }
     }
 
     fn add_properties(&mut self, kept: &Kept<'_>) {
