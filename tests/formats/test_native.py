@@ -298,17 +298,42 @@ def test_compressed_bodies_inflate_in_the_core_and_the_rest_as_in_python(tmp_pat
 
 
 @needs_native
+@pytest.mark.parametrize("body, sysflag", [
+    ("789c03020000030001", 0x001),  # zlib: its first match reaches before the start ("distance too far back")
+    ("04224d1860408205000000106101000000000000", 0x101),  # LZ4: a block ending in a match
+    ("04224d186440a7050000001061010000000000004f98e8bb", 0x101),  # the same with a content checksum
+])
+def test_streams_pythons_libraries_refuse_are_quarantined_on_both_paths(tmp_path, body, sysflag):
+    """Bodies a lenient decoder would inflate (and once did, in the core) but zlib and the LZ4 C
+    library refuse: both paths quarantine them with the library's reason."""
+    with CommitLogWriter(str(tmp_path), 1 << 20) as w:
+        rec = bytearray(w.record_bytes(Message("t", bytes.fromhex(body))))
+        rec[36:40] = struct.pack(">i", sysflag)
+        w.put_raw(bytes(rec))
+    table = assert_same(RocketMqCommitLogCodec, str(tmp_path), decompress=True)
+    [why] = table["reason"].to_pylist()
+    assert why.startswith("body does not decompress as ")
+
+
+@needs_native
 @FAST
-@given(codec=st.sampled_from(["zlib", "lz4", "zstd"]), plain=st.binary(max_size=400).map(lambda b: b * 4),
+@given(codec=st.sampled_from(["zlib", "lz4", "lz4 unchecked", "zstd"]), plain=st.binary(max_size=400).map(lambda b: b * 4),
        flips=st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), max_size=2),
        end=st.sampled_from(["whole", "cut", "extra"]))
 def test_broken_compressed_bodies_are_decided_alike(codec, plain, flips, end):
     """Bodies that say they are compressed, with bytes flipped, cut short or followed by more: the
     core inflates only what the Python step would inflate to the same bytes."""
+    import cramjam
+
     from msglake.formats import rocketmq_layout as L
     from msglake.samples.rocketmq_writer import compress
 
-    body = bytearray(compress(plain, codec))
+    if codec == "lz4 unchecked":  # no content checksum: a flipped byte can still decode, to other bytes
+        codec, c = "lz4", cramjam.lz4.Compressor(content_checksum=False)
+        c.compress(plain)
+        body = bytearray(bytes(c.finish()))
+    else:
+        body = bytearray(compress(plain, codec))
     for at, value in flips:
         body[at % len(body)] = value
     body = body[:-3] if end == "cut" else body + b"\x00\x01" if end == "extra" else body
@@ -316,6 +341,32 @@ def test_broken_compressed_bodies_are_decided_alike(codec, plain, flips, end):
         with CommitLogWriter(root, 1 << 20) as w:
             rec = bytearray(w.record_bytes(Message("t", bytes(body))))
             rec[36:40] = struct.pack(">i", L.COMPRESSED_FLAG | L.COMPRESSION_BITS[codec] << 8)
+            w.put_raw(bytes(rec))
+        assert_same(RocketMqCommitLogCodec, root, decompress=True)
+
+
+#: (literals, offset, match length nibble): offsets mostly within the literals so far, some not.
+_lz4_sequence = st.tuples(st.binary(min_size=1, max_size=14), st.integers(1, 4) | st.integers(0, 40), st.integers(0, 14))
+
+
+@needs_native
+@FAST
+@given(sequences=st.lists(_lz4_sequence, min_size=1, max_size=6), last=st.none() | st.binary(max_size=14),
+       junk=st.binary(max_size=3))
+def test_any_lz4_block_is_decided_alike(sequences, last, junk):
+    """A frame without checksums around a block of LZ4 sequences (literals, an offset, a match
+    length; some reaching before the start, some ending the block in a match, some followed by
+    junk): the core and the Python step (the LZ4 C library's end-of-block rules) must agree."""
+    from msglake.formats import rocketmq_layout as L
+
+    block = b"".join(bytes([len(lit) << 4 | ml]) + lit + struct.pack("<H", off) for lit, off, ml in sequences)
+    block += (bytes([len(last) << 4]) + last if last is not None else b"") + junk
+    # FLG 0x60: independent blocks, no checksums; BD 0x40: blocks of up to 64 KiB; 0x82 its header checksum.
+    frame = bytes.fromhex("04224d18604082") + struct.pack("<I", len(block)) + block + bytes(4)
+    with tempfile.TemporaryDirectory() as root:
+        with CommitLogWriter(root, 1 << 20) as w:
+            rec = bytearray(w.record_bytes(Message("t", frame)))
+            rec[36:40] = struct.pack(">i", L.COMPRESSED_FLAG | L.COMPRESSION_BITS["lz4"] << 8)
             w.put_raw(bytes(rec))
         assert_same(RocketMqCommitLogCodec, root, decompress=True)
 

@@ -25,12 +25,16 @@ pub struct Inflater {
     zstd: zstd::stream::raw::Decoder<'static>,
     /// An LZ4 block's output (its frame's maximum block size, zeroed once and reused).
     lz4_block: Vec<u8>,
+    /// The most bytes the body column may hold after an inflated body.
+    column_limit: usize,
 }
 
 impl Inflater {
     /// `codec_names[t]`: the codec of COMPRESSIONTYPE `t` ("zlib", "lz4", "zstd"; any other name is
-    /// one this module leaves to Python). None if the zstd context cannot be made.
-    pub fn new(codec_names: &[String]) -> Option<Self> {
+    /// one this module leaves to Python); `stored_room`: the most bytes the column's bodies left as
+    /// stored can add (the chunk's length), kept free under Arrow's int32 offsets. None if the zstd
+    /// context cannot be made.
+    pub fn new(codec_names: &[String], stored_room: usize) -> Option<Self> {
         let mut codecs = [Codec::Other; 8];
         for (c, name) in codecs.iter_mut().zip(codec_names) {
             *c = match name.as_str() {
@@ -41,12 +45,13 @@ impl Inflater {
             };
         }
         Some(Inflater { codecs, zlib: flate2::Decompress::new(true), zstd: zstd::stream::raw::Decoder::new().ok()?,
-                        lz4_block: Vec::new() })
+                        lz4_block: Vec::new(), column_limit: (i32::MAX as usize).saturating_sub(stored_room) })
     }
 
     /// Appends `body`, of a record flagged compressed with `sysflag`, inflated to `out`. False, and
     /// `out` as it was, where the body is not one whole stream of its codec that passes the codec's
-    /// checks, or would take `out` past what Arrow's int32 offsets can address.
+    /// checks, or would take `out` past what Arrow's int32 offsets can address once the chunk's
+    /// other bodies are in it too.
     pub fn append(&mut self, body: &[u8], sysflag: i32, out: &mut Vec<u8>) -> bool {
         debug_assert!(sysflag & COMPRESSED_FLAG != 0);
         let start = out.len();
@@ -57,7 +62,7 @@ impl Inflater {
                 Codec::Zstd => self.zstd_into(body, out),
                 Codec::Other => false,
             };
-        if !ok || out.len() > i32::MAX as usize {
+        if !ok || out.len() > self.column_limit {
             out.truncate(start);
             return false;
         }
@@ -87,9 +92,11 @@ impl Inflater {
         }
     }
 
-    /// LZ4 frames (lz4_Frame_format.md) filling `body` exactly. Decoded here block by block:
-    /// lz4_flex's frame reader zero-fills a buffer of the frame's maximum block size for every
-    /// frame, 4 MiB for Java's `LZ4FrameOutputStream` (RocketMQ's producer), for a body of a few KiB.
+    /// LZ4 frames (lz4_Frame_format.md) filling `body` exactly, read here and their blocks decoded
+    /// by the LZ4 C library as its frame decoder does (`LZ4_decompress_safe_usingDict` into the
+    /// frame's maximum block size, which decides where a block may end): the library cramjam's
+    /// Python step uses. A frame reader per body would set up (lz4_flex's zero-fills) a buffer of
+    /// that size each time: 4 MiB for Java's `LZ4FrameOutputStream`, RocketMQ's producer.
     fn lz4_into(&mut self, body: &[u8], out: &mut Vec<u8>) -> bool {
         let mut at = 0;
         while at < body.len() {
@@ -150,7 +157,7 @@ impl Inflater {
             // Linked blocks may copy from the frame's last 64 KiB of output.
             let made = &out[start..];
             let dict = if linked { &made[made.len().saturating_sub(64 << 10)..] } else { &[][..] };
-            let n = lz4_flex::block::decompress_into_with_dict(data, &mut self.lz4_block[..max_block], dict).ok()?;
+            let n = lz4_block(data, &mut self.lz4_block[..max_block], dict)?;
             out.extend_from_slice(&self.lz4_block[..n]);
         }
         if size.is_some_and(|n| n != (out.len() - start) as u64) {
@@ -196,6 +203,27 @@ impl Inflater {
     }
 }
 
+extern "C" {
+    // In the LZ4 C library lz4-sys builds (lz4.h), not among the functions that crate declares.
+    fn LZ4_decompress_safe_usingDict(src: *const std::ffi::c_char, dst: *mut std::ffi::c_char, src_size: i32,
+                                     dst_capacity: i32, dict_start: *const std::ffi::c_char, dict_size: i32) -> i32;
+}
+
+/// One compressed LZ4 block decoded into `dst` (its whole length the capacity), matches reaching
+/// back into `dict`; the bytes it made, None where the library refuses the block.
+fn lz4_block(data: &[u8], dst: &mut [u8], dict: &[u8]) -> Option<usize> {
+    use lz4_sys as _; // links the library
+    let (src_len, cap, dict_len) = (i32::try_from(data.len()).ok()?, i32::try_from(dst.len()).ok()?,
+                                    i32::try_from(dict.len()).ok()?);
+    // SAFETY: each pointer and its length describe one live slice; the library writes at most
+    // `cap` bytes to `dst` and reads only `src_len` bytes of `data` and `dict_len` of `dict`.
+    let n = unsafe {
+        LZ4_decompress_safe_usingDict(data.as_ptr().cast(), dst.as_mut_ptr().cast(), src_len, cap,
+                                      dict.as_ptr().cast(), dict_len)
+    };
+    usize::try_from(n).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,7 +238,7 @@ mod tests {
     fn inflate(body: &[u8], name: &str) -> Option<Vec<u8>> {
         let t = names().iter().position(|n| n == name).unwrap_or(5) as i32;
         let mut out = b"before".to_vec();
-        let ok = Inflater::new(&names()).unwrap().append(body, COMPRESSED_FLAG | t << 8, &mut out);
+        let ok = Inflater::new(&names(), 0).unwrap().append(body, COMPRESSED_FLAG | t << 8, &mut out);
         assert!(ok || out == b"before", "a body left as it was leaves the column as it was");
         ok.then(|| out[6..].to_vec())
     }
@@ -262,7 +290,7 @@ mod tests {
             assert_eq!(inflate(&two, "lz4").map(|p| p.len()), Some(2 * plain.len()));
             if block_sums || summed {
                 let mut bad = frame.clone();
-                let at = if summed { bad.len() - 1 } else { bad.len() - 9 }; // the content checksum, or the last block's
+                let at = if summed { bad.len() - 1 } else { bad.len() - 5 }; // the content checksum, or the last block's
                 bad[at] ^= 1;
                 assert!(inflate(&bad, "lz4").is_none(), "{size:?} {mode:?}");
             }
@@ -271,8 +299,29 @@ mod tests {
     }
 
     #[test]
+    fn streams_the_c_libraries_refuse_are_left_for_python() {
+        let hex = |h: &str| (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap()).collect::<Vec<u8>>();
+        // A match before the stream's start (zlib: "invalid distance too far back"; miniz_oxide
+        // streaming read it as zeros); an LZ4 block whose last sequence is a match, with and
+        // without a content checksum (the C library: "decompressionFailed").
+        for (body, codec) in [(hex("789c03020000030001"), "zlib"), (hex("04224d1860408205000000106101000000000000"), "lz4"),
+                              (hex("04224d186440a7050000001061010000000000004f98e8bb"), "lz4")] {
+            assert!(inflate(&body, codec).is_none(), "{codec}");
+        }
+    }
+
+    #[test]
+    fn an_inflated_body_leaves_room_for_the_chunks_stored_ones() {
+        let z = zlib_of(&[7u8; 4000]);
+        let mut out = Vec::new();
+        assert!(Inflater::new(&names(), i32::MAX as usize - 5000).unwrap().append(&z, 0x301, &mut out));
+        assert!(!Inflater::new(&names(), i32::MAX as usize - 3000).unwrap().append(&z, 0x301, &mut out));
+        assert_eq!(out.len(), 4000);
+    }
+
+    #[test]
     fn one_inflater_takes_body_after_body() {
-        let mut inf = Inflater::new(&names()).unwrap();
+        let mut inf = Inflater::new(&names(), 0).unwrap();
         let plain = b"abcabcabc".repeat(50);
         let zs = zstd::stream::encode_all(&plain[..], 3).unwrap();
         let mut out = Vec::new();

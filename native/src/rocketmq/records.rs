@@ -334,7 +334,7 @@ impl<'a> Decoder<'a> {
     /// Inflate the compressed bodies (`decompress`) as their rows are made; `codec_names[t]`:
     /// the codec of COMPRESSIONTYPE `t`.
     pub fn inflating(mut self, codec_names: &[String]) -> Self {
-        self.out.inflater = Inflater::new(codec_names);
+        self.out.inflater = Inflater::new(codec_names, self.buf.len());
         self
     }
 
