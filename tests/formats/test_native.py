@@ -302,10 +302,12 @@ def test_compressed_bodies_inflate_in_the_core_and_the_rest_as_in_python(tmp_pat
     ("789c03020000030001", 0x001),  # zlib: its first match reaches before the start ("distance too far back")
     ("04224d1860408205000000106101000000000000", 0x101),  # LZ4: a block ending in a match
     ("04224d186440a7050000001061010000000000004f98e8bb", 0x101),  # the same with a content checksum
+    # zstd: a window of 2^28 and 1 MiB of content; libzstd takes it in one pass, refuses it streaming
+    ("28b52ffd8090000010000200107a0200107a0200107a0200107a0200107a0200107a0200107a0300107a", 0x201),
 ])
 def test_streams_pythons_libraries_refuse_are_quarantined_on_both_paths(tmp_path, body, sysflag):
-    """Bodies a lenient decoder would inflate (and once did, in the core) but zlib and the LZ4 C
-    library refuse: both paths quarantine them with the library's reason."""
+    """Bodies a lenient decoder would inflate (and the core once did) but Python's libraries
+    refuse: both paths quarantine them with the library's reason."""
     with CommitLogWriter(str(tmp_path), 1 << 20) as w:
         rec = bytearray(w.record_bytes(Message("t", bytes.fromhex(body))))
         rec[36:40] = struct.pack(">i", sysflag)

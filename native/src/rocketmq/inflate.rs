@@ -64,6 +64,9 @@ impl Inflater {
             };
         if !ok || out.len() > self.column_limit {
             out.truncate(start);
+            if out.capacity() > 2 * start + (64 << 20) {
+                out.shrink_to(2 * start); // what a refused body grew is not handed on with the column
+            }
             return false;
         }
         true
@@ -85,6 +88,7 @@ impl Inflater {
             match d.decompress_vec(&body[read as usize..], out, FlushDecompress::None) {
                 Ok(Status::StreamEnd) => return d.total_in() as usize == body.len(),
                 Err(_) => return false,
+                Ok(_) if out.len() >= self.column_limit => return false, // past the column's room: refused as it grows
                 Ok(_) if out.len() == out.capacity() => out.reserve(made as usize + 4096),
                 Ok(_) if d.total_in() == read && d.total_out() == made => return false, // it ends inside the stream
                 Ok(_) => {}
@@ -159,6 +163,9 @@ impl Inflater {
             let dict = if linked { &made[made.len().saturating_sub(64 << 10)..] } else { &[][..] };
             let n = lz4_block(data, &mut self.lz4_block[..max_block], dict)?;
             out.extend_from_slice(&self.lz4_block[..n]);
+            if out.len() > self.column_limit {
+                return None; // past the column's room: refused as it grows
+            }
         }
         if size.is_some_and(|n| n != (out.len() - start) as u64) {
             return None;
@@ -176,32 +183,41 @@ impl Inflater {
         if self.zstd.reinit().is_err() {
             return false;
         }
-        let (start, mut read) = (out.len(), 0);
+        let (start, limit, mut read) = (out.len(), self.column_limit, 0);
         let mut filled = start;
-        let first = match zstd::zstd_safe::get_frame_content_size(body) {
-            Ok(Some(n)) if n <= 64 << 20 => n as usize + 1, // room to see the frame end
-            _ => body.len().saturating_mul(4).max(4096),
-        };
-        out.resize(start + first, 0);
+        // The first call reads the frame's header with ZSTD_STREAM_ROOM of room, as cramjam's reader
+        // does: libzstd decodes a frame whose content fits the room in one pass, which skips the
+        // window checks streaming applies, so only a frame cramjam also reads in one pass is.
+        out.resize(start + ZSTD_STREAM_ROOM, 0);
         loop {
             if filled == out.len() {
-                out.resize(filled + (filled - start).max(4096), 0);
+                let grown = filled + (filled - start).max(ZSTD_STREAM_ROOM);
+                if grown > limit {
+                    return false;
+                }
+                out.resize(grown, 0);
             }
             let Ok(st) = self.zstd.run_on_buffers(&body[read..], &mut out[filled..]) else {
                 return false;
             };
             read += st.bytes_read;
             filled += st.bytes_written;
-            if st.remaining == 0 && read == body.len() {
-                out.truncate(filled); // the last frame ended with the body
-                return true;
+            if st.remaining == 0 {
+                // One frame, ending with the body: a second frame (its header read with another
+                // room than cramjam's) is left to the Python step.
+                out.truncate(filled);
+                return read == body.len();
             }
             if st.bytes_read == 0 && st.bytes_written == 0 && filled < out.len() {
-                return false; // the body ends inside a frame
+                return false; // the body ends inside the frame
             }
         }
     }
 }
+
+/// The output room of cramjam's zstd reader's first read (std's `io::copy` buffer): a frame whose
+/// content fits it is decoded in one pass (`ZSTD_decompressStream`'s shortcut), else streamed.
+const ZSTD_STREAM_ROOM: usize = 8192;
 
 extern "C" {
     // In the LZ4 C library lz4-sys builds (lz4.h), not among the functions that crate declares.
@@ -304,8 +320,11 @@ mod tests {
         // A match before the stream's start (zlib: "invalid distance too far back"; miniz_oxide
         // streaming read it as zeros); an LZ4 block whose last sequence is a match, with and
         // without a content checksum (the C library: "decompressionFailed").
+        // A zstd frame with a window of 2^28 (more than streaming allows) and 1 MiB of content,
+        // which a one-pass decode would take: cramjam streams it and refuses it.
+        let window = "28b52ffd8090000010000200107a0200107a0200107a0200107a0200107a0200107a0200107a0300107a";
         for (body, codec) in [(hex("789c03020000030001"), "zlib"), (hex("04224d1860408205000000106101000000000000"), "lz4"),
-                              (hex("04224d186440a7050000001061010000000000004f98e8bb"), "lz4")] {
+                              (hex("04224d186440a7050000001061010000000000004f98e8bb"), "lz4"), (hex(window), "zstd")] {
             assert!(inflate(&body, codec).is_none(), "{codec}");
         }
     }
