@@ -1,11 +1,12 @@
 //! Producer-compressed bodies (SYSFLAG bit 0, the codec in bits 8-10; spec §1.5), inflated
 //! when a source asks for it (`decompress=true`).
 //!
-//! A body is inflated here only when it is one whole, checked stream of its codec. Anything else
-//! (a broken stream, bytes after its end, a codec this module does not know) is left as stored
-//! with its `compression` named, and the Python step (`formats/rocketmq_commitlog.py`,
-//! `_decompress`) decides it: it inflates what its libraries take and quarantines the rest with
-//! their error text, so the reason a record is quarantined with is worded in one place.
+//! A body is inflated here only when it is one whole stream of its codec that the C library the
+//! Python step uses takes, so it comes out as Python would make it. Anything else (a broken
+//! stream, bytes after its end, a codec this module does not know) is left as stored with its
+//! `compression` named, and the Python step (`formats/rocketmq_commitlog.py`, `_decompress`)
+//! decides it: it inflates what its libraries take and quarantines the rest with their error
+//! text, so the reason a record is quarantined with is worded in one place.
 
 use super::layout::COMPRESSED_FLAG;
 
@@ -72,14 +73,10 @@ impl Inflater {
         true
     }
 
-    /// A zlib stream (RFC 1950) filling `body` exactly: a header Python's zlib takes (deflate, a
-    /// window of at most 32 KiB, no preset dictionary), the Adler-32 checked at its end.
+    /// A zlib stream (RFC 1950) filling `body` exactly, read by zlib as Python's `zlib.decompress`
+    /// reads it (a 32 KiB window; its header, a preset dictionary and the Adler-32 checked by zlib).
     fn zlib_into(&mut self, body: &[u8], out: &mut Vec<u8>) -> bool {
         use flate2::{FlushDecompress, Status};
-        let (cmf, flg) = (body[0], body.get(1).copied().unwrap_or(0));
-        if cmf & 0x0F != 8 || cmf >> 4 > 7 || (u16::from(cmf) << 8 | u16::from(flg)) % 31 != 0 || flg & 0x20 != 0 {
-            return false;
-        }
         let d = &mut self.zlib;
         d.reset(true);
         out.reserve(body.len().saturating_mul(4).max(4096));
@@ -177,7 +174,7 @@ impl Inflater {
         Some(at)
     }
 
-    /// zstd frames (the content checksum checked where a frame has one) filling `body` exactly.
+    /// One zstd frame (its content checksum checked where it has one) filling `body` exactly.
     fn zstd_into(&mut self, body: &[u8], out: &mut Vec<u8>) -> bool {
         use zstd::stream::raw::Operation;
         if self.zstd.reinit().is_err() {
