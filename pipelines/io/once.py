@@ -12,10 +12,17 @@ asks the table once per run whether the batch was committed already, and then kn
   to a table looks for the newest such commit of its app in the table's log (its commit files,
   newest first, stopping at commits older than the time Spark planned the batch, which its
   offsets file in the checkpoint records: an earlier commit cannot be this batch's);
-- that first write also passes Delta's ``txnAppId``/``txnVersion``, so a table whose Delta log
-  records the app's transaction at this batch or later (a lake written by an older msglake,
-  without ``userMetadata``) is still judged by Delta; whether Delta skipped the write is read
-  from the log's version, which a skipped write leaves where it was.
+- a table whose Delta log records the app's transaction at this batch or later (a lake written
+  by an older msglake, Delta's ``txnAppId``/``txnVersion`` without ``userMetadata``) is judged by
+  that record. Delta keeps every app's transaction version in the checksum file of each commit
+  (``<version>.crc``, ``setTransactions``), so the first write reads it from the newest commit's
+  checksum and writes without the options, which would make Delta rebuild the table's state to
+  look it up. Where that checksum does not say (no local log, no checksum file, a transaction
+  retention set on the table), the first write passes the options and Delta judges; whether it
+  skipped the write is read from the log's version, which a skipped write leaves where it was.
+  (What the options would add, a check against another writer committing the same app's batch
+  at the same moment, cannot arise: that would be a second run of the same checkpoint, whose
+  batch Spark's offset log refuses.)
 """
 from __future__ import annotations
 
@@ -66,6 +73,13 @@ class OnceWriter:
             self._last[path] = batch_id
             return True
         before = log_version(path)
+        recorded = None if before is None else recorded_transaction(path, before, self.app_id)
+        if recorded is not None:
+            self._last[path] = batch_id
+            if batch_id <= recorded:
+                return False  # what Delta would have skipped
+            writer.save(path)
+            return True
         writer.option("txnAppId", self.app_id).option("txnVersion", batch_id).save(path)
         after = log_version(path)
         self._last[path] = batch_id
@@ -153,6 +167,24 @@ def commit_metadata(path: str, version: int) -> str | None:
     except (OSError, ValueError):
         pass
     return None
+
+
+def recorded_transaction(path: str, version: int, app_id: str) -> int | None:
+    """The transaction version Delta records for ``app_id`` (its ``txnVersion``; -1: none) at commit
+    ``version`` of the table at ``path``, from that commit's checksum file; None when the file does
+    not say: none in a local log, no ``setTransactions`` in it (Delta writes them only while it knows
+    them all, up to 100 apps), or a ``delta.setTransactionRetentionDuration`` on the table (expired
+    transactions leave the table's state by time, which the file does not replay)."""
+    try:
+        with open(os.path.join(path, "_delta_log", f"{version:020d}.crc")) as f:
+            checksum = json.load(f)
+        transactions = checksum["setTransactions"]
+        configuration = (checksum.get("metadata") or {}).get("configuration") or {}
+        if not isinstance(transactions, list) or "delta.setTransactionRetentionDuration" in configuration:
+            return None
+        return max((int(t["version"]) for t in transactions if t["appId"] == app_id), default=-1)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def made_empty(path: str) -> bool:

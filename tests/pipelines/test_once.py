@@ -11,7 +11,7 @@ import numpy as np
 from pyspark.sql import functions as F
 
 from msglake.pipelines.io.first_copies import EPOCH, MAX_PIECES, FirstCopies
-from msglake.pipelines.io.once import OnceWriter, log_version, made_empty
+from msglake.pipelines.io.once import OnceWriter, log_version, made_empty, recorded_transaction
 from msglake.transforms.dedup import key_hash, repeated
 
 T0 = dt.datetime(2026, 1, 1)
@@ -49,6 +49,56 @@ def test_delta_still_judges_a_table_written_with_its_transaction_options_alone(s
     assert not writer.write(rows(spark, 1), path, 1)
     assert writer.write(rows(spark, 2), path, 2)
     assert ids(spark, path) == [0, 1, 2]
+
+
+def _legacy(spark, path, *batches):
+    """Batches written as an older msglake wrote them: Delta's txn options, no userMetadata."""
+    for batch in batches:
+        rows(spark, batch).write.format("delta").mode("append").option("txnAppId", "app") \
+            .option("txnVersion", batch).save(path)
+
+
+def _jobs(spark, write) -> tuple[bool, int]:
+    """``write()``'s answer and how many Spark jobs it ran."""
+    sc = spark.sparkContext
+    group = f"once-{time.monotonic_ns()}"
+    sc.setJobGroup(group, "test_once")
+    try:
+        answer = write()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    return answer, len(sc.statusTracker().getJobIdsForGroup(group))
+
+
+def test_the_first_write_of_a_run_takes_the_apps_transaction_from_the_commits_checksum(spark, tmp_path):
+    """Delta's own lookup of the app's transaction rebuilds the table's state: three Spark jobs
+    before the write's own. The newest commit's checksum file holds the same answer."""
+    path = str(tmp_path / "t")
+    _legacy(spark, path, 0, 1)
+    version = log_version(path)
+    assert recorded_transaction(path, version, "app") == 1 and recorded_transaction(path, version, "other") == -1
+    assert _jobs(spark, lambda: OnceWriter("app").write(rows(spark, 1), path, 1)) == (False, 0)
+    assert _jobs(spark, lambda: OnceWriter("app").write(rows(spark, 2), path, 2)) == (True, 1)
+    assert ids(spark, path) == [0, 1, 2]
+    # Without the checksum (a writer that left none) Delta judges, as before: its lookup's jobs come back.
+    _legacy(spark, path, 3)
+    os.remove(os.path.join(path, "_delta_log", f"{log_version(path):020d}.crc"))
+    assert recorded_transaction(path, log_version(path), "app") is None
+    skipped, jobs = _jobs(spark, lambda: OnceWriter("app").write(rows(spark, 3), path, 3))
+    assert not skipped and jobs > 0
+    assert OnceWriter("app").write(rows(spark, 4), path, 4)
+    assert ids(spark, path) == [0, 1, 2, 3, 4]
+
+
+def test_a_transaction_retention_leaves_the_judgement_to_delta(spark, tmp_path):
+    path = str(tmp_path / "t")
+    spark.sql(f"CREATE TABLE delta.`{path}` (id int) USING delta "
+              "TBLPROPERTIES ('delta.setTransactionRetentionDuration' = 'interval 1 days')")
+    _legacy(spark, path, 0)
+    assert recorded_transaction(path, log_version(path), "app") is None
+    assert not OnceWriter("app").write(rows(spark, 0), path, 0)
+    assert OnceWriter("app").write(rows(spark, 1), path, 1)
+    assert ids(spark, path) == [0, 1]
 
 
 def test_the_history_search_stops_at_commits_older_than_the_batch(spark, tmp_path):
