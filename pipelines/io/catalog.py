@@ -3,34 +3,16 @@ from __future__ import annotations
 
 import os
 
-from msglake.pipelines.io.once import commit_file, log_version
 from msglake.pipelines.settings import Settings
 from msglake.schemas import LAKE_TABLES, TableSpec
 from msglake.schemas.spark import to_spark
 
 
-#: The tables :func:`ensure_table` made sure of in this process: (Spark application, name, path,
-#: definition) -> the table's log version then and its commit file's time (``_as_left``).
-_ensured: dict[tuple, tuple[int, int]] = {}
-#: (Spark application, name) -> the path :func:`_register` last pointed the catalog name at.
-_registered: dict[tuple[str, str], str] = {}
-
-
 def ensure_table(spark, settings: Settings, spec: TableSpec) -> str:
-    """Create the Delta table of ``spec`` under the lake root if it is not there; return its path.
-
-    Once per table and process: a table this process made sure of, still at that commit or after
-    it, and still in the catalog, is left as it is. Making sure takes Delta's create, a read of
-    the columns and properties and a catalog lookup, about 0.15 s a table, which every scheduled
-    run of a job paid again for each table it writes."""
+    """Create the Delta table of ``spec`` under the lake root if it is not there; return its path."""
     from delta.tables import DeltaTable
 
     path = settings.lake.table_path(spec.name)
-    app = spark.sparkContext.applicationId
-    key = (app, spec.name, path, _definition(spec))
-    if (key in _ensured and _ensured[key] == _as_left(path, _ensured[key][0])
-            and _registered.get((app, spec.name)) == path and spark.catalog.tableExists(spec.name)):
-        return path
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(to_spark(spec.schema))
     if spec.partition_by:
         builder = builder.partitionedBy(*spec.partition_by)
@@ -40,24 +22,7 @@ def ensure_table(spark, settings: Settings, spec: TableSpec) -> str:
     _add_new_columns(spark, spec, path)
     add_missing_properties(spark, path, spec.properties)
     _register(spark, spec.name, path)
-    version = log_version(path)
-    if version is not None:
-        _ensured[key] = _as_left(path, version)
     return path
-
-
-def _definition(spec: TableSpec) -> tuple:
-    """What :func:`ensure_table` makes of ``spec``: its columns, partitioning and properties."""
-    return str(spec.schema), tuple(spec.partition_by), tuple(sorted(spec.properties.items()))
-
-
-def _as_left(path: str, version: int) -> tuple[int, int] | None:
-    """``version`` and the time of its commit file in the local log of the table at ``path`` (None:
-    no such file). A table deleted and made again has a new file for every version it holds."""
-    try:
-        return version, os.stat(commit_file(path, version)).st_mtime_ns
-    except OSError:
-        return None
 
 
 def delta_path(path: str) -> str:
@@ -120,12 +85,10 @@ def _register(spark, name: str, path: str) -> None:
         rows = spark.sql(f"DESCRIBE TABLE EXTENDED `{name}`").where("col_name = 'Location'").collect()
         location = rows[0]["data_type"] if rows else ""
         if location.removeprefix("file:").rstrip("/") == path.rstrip("/"):
-            _registered[(spark.sparkContext.applicationId, name)] = path
             return
         # Another lake's table of the same name: external, so dropping removes only the name.
         spark.sql(f"DROP TABLE `{name}`")
     spark.sql(f"CREATE TABLE `{name}` USING DELTA LOCATION {sql_string(path)}")
-    _registered[(spark.sparkContext.applicationId, name)] = path
 
 
 def register_tables(spark, settings: Settings) -> list[str]:

@@ -23,32 +23,6 @@ def test_a_name_follows_the_lake_that_last_ensured_its_table(spark, tmp_path):
         assert location.removeprefix("file:").rstrip("/") == path.rstrip("/")
 
 
-def test_a_table_made_sure_of_is_left_alone_until_it_is_gone_or_made_again(spark, tmp_path):
-    import shutil
-    import time
-
-    settings = make_settings(tmp_path / "lake")
-    sc = spark.sparkContext
-
-    def jobs(call) -> int:
-        group = f"ensure-{time.monotonic_ns()}"
-        sc.setJobGroup(group, "test_catalog")
-        try:
-            call()
-        finally:
-            sc.setLocalProperty("spark.jobGroup.id", None)
-        return len(sc.statusTracker().getJobIdsForGroup(group))
-
-    path = ensure_table(spark, settings, MESSAGES_TABLE)
-    assert jobs(lambda: ensure_table(spark, settings, MESSAGES_TABLE)) == 0
-    shutil.rmtree(path)  # gone: made again, and named again
-    assert jobs(lambda: ensure_table(spark, settings, MESSAGES_TABLE)) > 0
-    assert spark.table("messages").count() == 0
-    spark.sql("DROP TABLE messages")  # no longer named: named again
-    ensure_table(spark, settings, MESSAGES_TABLE)
-    assert spark.catalog.tableExists("messages")
-
-
 def _properties(spark, path) -> dict[str, str]:
     return {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()}
 
