@@ -20,14 +20,21 @@ asks the table once per run whether the batch was committed already, and then kn
   look it up. Where that checksum does not say (no local log, no checksum file, a transaction
   retention set on the table), the first write passes the options and Delta judges; whether it
   skipped the write is read from the log's version, which a skipped write leaves where it was.
-  (What the options would add, a check against another writer committing the same app's batch
-  at the same moment, cannot arise: that would be a second run of the same checkpoint, whose
-  batch Spark's offset log refuses.)
+  What the options also did is Delta's check against another writer committing the same app's
+  batch at the same moment: two runs of one checkpoint that both start again from the batch a
+  crash left (Spark's offset log refuses only a batch planned twice, not one replayed twice).
+  So a run's first write holds a lock on the checkpoint (``first-writes.lock``, ``flock``) from
+  its look at the log to its commit, and the other run, waiting, then finds that commit. Without
+  a local checkpoint folder to lock, the first write passes the options as before. Delta's own
+  record of the app's transaction stays where the last write with the options left it; the
+  ``userMetadata`` marks, looked for first, are what say a batch was written.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+from contextlib import contextmanager
 
 from pyspark.sql import DataFrame
 
@@ -58,28 +65,33 @@ class OnceWriter:
     def write(self, df: DataFrame, path: str, batch_id: int, mode: str = "append", **options: str) -> bool:
         """Write ``df`` to the Delta table at ``path`` as batch ``batch_id``, unless that batch was
         committed there before. True when this call committed it."""
-        known = self._last.get(path)
-        first = known is None
-        if first:
-            known = self.last_committed(path, batch_id)
-        if batch_id <= known:
-            self._last[path] = known
-            return False
         writer = df.write.format("delta").mode(mode).option("userMetadata", commit_mark(self.app_id, batch_id))
         for key, value in options.items():
             writer = writer.option(key, value)
-        if not first:  # a later batch of this run: new for sure
+        known = self._last.get(path)
+        if known is not None:  # a later batch of this run: new for sure once past the last
+            if batch_id <= known:
+                return False
             writer.save(path)
             self._last[path] = batch_id
             return True
+        with first_writes(self.checkpoint) as serialised:
+            known = self.last_committed(path, batch_id)
+            if batch_id <= known:
+                self._last[path] = known
+                return False
+            return self._first_write(writer, path, batch_id, serialised)
+
+    def _first_write(self, writer, path: str, batch_id: int, serialised: bool) -> bool:
+        """The run's first write to ``path``, its app's commits found not to hold ``batch_id``;
+        ``serialised``: no other run of the checkpoint writes its first batch meanwhile."""
         before = log_version(path)
-        recorded = None if before is None else recorded_transaction(path, before, self.app_id)
+        recorded = None if before is None or not serialised else recorded_transaction(path, before, self.app_id)
         if recorded is not None:
+            if batch_id > recorded:  # else Delta would have skipped it
+                writer.save(path)
             self._last[path] = batch_id
-            if batch_id <= recorded:
-                return False  # what Delta would have skipped
-            writer.save(path)
-            return True
+            return batch_id > recorded
         writer.option("txnAppId", self.app_id).option("txnVersion", batch_id).save(path)
         after = log_version(path)
         self._last[path] = batch_id
@@ -167,6 +179,25 @@ def commit_metadata(path: str, version: int) -> str | None:
     except (OSError, ValueError):
         pass
     return None
+
+
+#: The lock file in a checkpoint folder that serialises its runs' first writes (:func:`first_writes`).
+FIRST_WRITES_LOCK = "first-writes.lock"
+
+
+@contextmanager
+def first_writes(checkpoint: str | None):
+    """Within, no other process holds the first-writes lock of ``checkpoint`` (waiting for it); yields
+    True, or False without a local checkpoint folder to lock (nothing is held)."""
+    if checkpoint is None or not os.path.isdir(checkpoint):
+        yield False
+        return
+    fd = os.open(os.path.join(checkpoint, FIRST_WRITES_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield True
+    finally:
+        os.close(fd)  # and with it the lock
 
 
 def recorded_transaction(path: str, version: int, app_id: str) -> int | None:

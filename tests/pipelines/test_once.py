@@ -73,21 +73,55 @@ def _jobs(spark, write) -> tuple[bool, int]:
 def test_the_first_write_of_a_run_takes_the_apps_transaction_from_the_commits_checksum(spark, tmp_path):
     """Delta's own lookup of the app's transaction rebuilds the table's state: three Spark jobs
     before the write's own. The newest commit's checksum file holds the same answer."""
-    path = str(tmp_path / "t")
+    path, checkpoint = str(tmp_path / "t"), str(tmp_path / "checkpoint")
+    os.mkdir(checkpoint)
     _legacy(spark, path, 0, 1)
     version = log_version(path)
     assert recorded_transaction(path, version, "app") == 1 and recorded_transaction(path, version, "other") == -1
-    assert _jobs(spark, lambda: OnceWriter("app").write(rows(spark, 1), path, 1)) == (False, 0)
-    assert _jobs(spark, lambda: OnceWriter("app").write(rows(spark, 2), path, 2)) == (True, 1)
+    assert _jobs(spark, lambda: OnceWriter("app", checkpoint).write(rows(spark, 1), path, 1)) == (False, 0)
+    written, jobs = _jobs(spark, lambda: OnceWriter("app", checkpoint).write(rows(spark, 2), path, 2))
+    assert written and jobs < 3  # the write's own (one, on this Spark and Delta)
     assert ids(spark, path) == [0, 1, 2]
     # Without the checksum (a writer that left none) Delta judges, as before: its lookup's jobs come back.
     _legacy(spark, path, 3)
     os.remove(os.path.join(path, "_delta_log", f"{log_version(path):020d}.crc"))
     assert recorded_transaction(path, log_version(path), "app") is None
-    skipped, jobs = _jobs(spark, lambda: OnceWriter("app").write(rows(spark, 3), path, 3))
-    assert not skipped and jobs > 0
-    assert OnceWriter("app").write(rows(spark, 4), path, 4)
+    skipped, jobs = _jobs(spark, lambda: OnceWriter("app", checkpoint).write(rows(spark, 3), path, 3))
+    assert not skipped and jobs >= 3
+    assert OnceWriter("app", checkpoint).write(rows(spark, 4), path, 4)
     assert ids(spark, path) == [0, 1, 2, 3, 4]
+
+
+def test_two_runs_starting_again_from_one_batch_write_it_once(spark, tmp_path, monkeypatch):
+    """Both look at the table before either commits: the lock on the checkpoint makes the second
+    wait for the first's commit, and then find it."""
+    import threading
+
+    from msglake.pipelines.io import once
+
+    path, checkpoint = str(tmp_path / "t"), str(tmp_path / "checkpoint")
+    os.mkdir(checkpoint)
+    assert OnceWriter("app", checkpoint).write(rows(spark, 0), path, 0)
+    looked = threading.Event()
+    real = once.recorded_transaction
+
+    def slow(*args):
+        answer = real(*args)
+        looked.set()
+        time.sleep(2)  # the other run reaches its own look meanwhile, unless it waits for the lock
+        return answer
+
+    monkeypatch.setattr(once, "recorded_transaction", slow)
+    answers = []
+    runs = [threading.Thread(target=lambda: answers.append(OnceWriter("app", checkpoint).write(rows(spark, 1), path, 1)))
+            for _ in range(2)]
+    runs[0].start()
+    looked.wait(60)
+    runs[1].start()
+    for run in runs:
+        run.join()
+    assert sorted(answers) == [False, True]
+    assert ids(spark, path) == [0, 1]
 
 
 def test_a_transaction_retention_leaves_the_judgement_to_delta(spark, tmp_path):
