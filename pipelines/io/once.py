@@ -14,20 +14,23 @@ asks the table once per run whether the batch was committed already, and then kn
   offsets file in the checkpoint records: an earlier commit cannot be this batch's);
 - a table whose Delta log records the app's transaction at this batch or later (a lake written
   by an older msglake, Delta's ``txnAppId``/``txnVersion`` without ``userMetadata``) is judged by
-  that record. Delta keeps every app's transaction version in the checksum file of each commit
-  (``<version>.crc``, ``setTransactions``), so the first write reads it from the newest commit's
-  checksum and writes without the options, which would make Delta rebuild the table's state to
-  look it up. Where that checksum does not say (no local log, no checksum file, a transaction
-  retention set on the table), the first write passes the options and Delta judges; whether it
-  skipped the write is read from the log's version, which a skipped write leaves where it was.
-  What the options also did is Delta's check against another writer committing the same app's
-  batch at the same moment: two runs of one checkpoint that both start again from the batch a
-  crash left (Spark's offset log refuses only a batch planned twice, not one replayed twice).
-  So a run's first write holds a lock on the checkpoint (``first-writes.lock``, ``flock``) from
-  its look at the log to its commit, and the other run, waiting, then finds that commit. Without
-  a local checkpoint folder to lock, the first write passes the options as before. Delta's own
-  record of the app's transaction stays where the last write with the options left it; the
-  ``userMetadata`` marks, looked for first, are what say a batch was written.
+  that record. Delta writes the apps' transaction versions into a commit's checksum file
+  (``<version>.crc``, ``setTransactions``) whenever it knows all of them (up to 100 apps), so the
+  first write reads them from the newest commit's checksum and writes without the options, which
+  would make Delta rebuild the table's state to look them up. Where that checksum does not say
+  (no local log, no checksum file or no ``setTransactions`` in it, a transaction retention set on
+  the table), the first write passes the options and Delta judges; whether it skipped the write
+  is read from the log's version, which a skipped write leaves where it was.
+
+What the options also gave is Delta's check against another writer committing the same app's
+batch at the same moment: two runs of one checkpoint that both start again from the batch a
+crash left (Spark's offset log refuses a batch planned twice, not one replayed twice). So a
+run's first write holds a lock on the checkpoint (``first-writes.lock``, ``flock``) from its look
+at the log to its commit, and the other run, waiting, then finds that commit. That serialises
+runs on one host, or on a file system whose locks reach every host; a checkpoint folder that
+takes no lock (or none given) makes the first write pass the options as before. Delta's own
+record of the app's transaction stays where the last write with the options left it: the
+``userMetadata`` marks, looked for first, are what say a batch was written.
 """
 from __future__ import annotations
 
@@ -188,16 +191,23 @@ FIRST_WRITES_LOCK = "first-writes.lock"
 @contextmanager
 def first_writes(checkpoint: str | None):
     """Within, no other process holds the first-writes lock of ``checkpoint`` (waiting for it); yields
-    True, or False without a local checkpoint folder to lock (nothing is held)."""
-    if checkpoint is None or not os.path.isdir(checkpoint):
-        yield False
-        return
-    fd = os.open(os.path.join(checkpoint, FIRST_WRITES_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    True, or False without a checkpoint folder that takes the lock (nothing is held)."""
+    fd = None
+    if checkpoint is not None and os.path.isdir(checkpoint):
+        try:
+            fd = os.open(os.path.join(checkpoint, FIRST_WRITES_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            # A folder that takes no lock (read-only, or a mount without flock) does so for every
+            # run alike: all of them take the path that needs none.
+            if fd is not None:
+                os.close(fd)
+            fd = None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield True
+        yield fd is not None
     finally:
-        os.close(fd)  # and with it the lock
+        if fd is not None:
+            os.close(fd)  # and with it the lock
 
 
 def recorded_transaction(path: str, version: int, app_id: str) -> int | None:

@@ -86,10 +86,42 @@ def test_the_first_write_of_a_run_takes_the_apps_transaction_from_the_commits_ch
     _legacy(spark, path, 3)
     os.remove(os.path.join(path, "_delta_log", f"{log_version(path):020d}.crc"))
     assert recorded_transaction(path, log_version(path), "app") is None
-    skipped, jobs = _jobs(spark, lambda: OnceWriter("app", checkpoint).write(rows(spark, 3), path, 3))
-    assert not skipped and jobs >= 3
+    assert not OnceWriter("app", checkpoint).write(rows(spark, 3), path, 3)
     assert OnceWriter("app", checkpoint).write(rows(spark, 4), path, 4)
     assert ids(spark, path) == [0, 1, 2, 3, 4]
+    assert _txn(path, log_version(path)) == {"appId": "app", "version": 4}  # passed the options
+    assert _txn(path, log_version(path) - 2) is None  # batch 2: written without them
+
+
+def _txn(path, version):
+    """The transaction action of commit ``version`` (appId, version), None without one."""
+    import json
+
+    from msglake.pipelines.io.once import commit_file
+
+    with open(commit_file(path, version)) as f:
+        actions = [json.loads(line) for line in f if line.strip()]
+    txn = next((a["txn"] for a in actions if "txn" in a), None)
+    return None if txn is None else {"appId": txn["appId"], "version": txn["version"]}
+
+
+def test_the_checksum_says_nothing_without_the_whole_list_or_with_a_retention(tmp_path):
+    import json
+
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+
+    def checksum(**fields):
+        (log / f"{7:020d}.crc").write_text(json.dumps({"txnId": "x", "tableSizeBytes": 0, **fields}))
+        return recorded_transaction(str(tmp_path), 7, "app")
+
+    listed = [{"appId": "app", "version": 5, "lastUpdated": 0}, {"appId": "b", "version": 9, "lastUpdated": 0}]
+    assert checksum(setTransactions=listed) == 5
+    assert checksum(setTransactions=listed[1:]) == -1
+    assert checksum() is None  # Delta left the list out
+    assert checksum(setTransactions=listed,
+                    metadata={"configuration": {"delta.setTransactionRetentionDuration": "interval 1 days"}}) is None
+    assert recorded_transaction(str(tmp_path), 8, "app") is None  # no checksum file
 
 
 def test_two_runs_starting_again_from_one_batch_write_it_once(spark, tmp_path, monkeypatch):
@@ -108,31 +140,40 @@ def test_two_runs_starting_again_from_one_batch_write_it_once(spark, tmp_path, m
     def slow(*args):
         answer = real(*args)
         looked.set()
-        time.sleep(2)  # the other run reaches its own look meanwhile, unless it waits for the lock
+        time.sleep(3)  # the other run reaches its own look meanwhile, unless it waits for the lock
         return answer
 
     monkeypatch.setattr(once, "recorded_transaction", slow)
     answers = []
-    runs = [threading.Thread(target=lambda: answers.append(OnceWriter("app", checkpoint).write(rows(spark, 1), path, 1)))
-            for _ in range(2)]
+    failures = []
+
+    def run():
+        try:
+            answers.append(OnceWriter("app", checkpoint).write(rows(spark, 1), path, 1))
+        except BaseException as e:  # noqa: BLE001 -- reported by the test's thread
+            failures.append(e)
+
+    runs = [threading.Thread(target=run) for _ in range(2)]
     runs[0].start()
-    looked.wait(60)
+    assert looked.wait(60)
     runs[1].start()
-    for run in runs:
-        run.join()
-    assert sorted(answers) == [False, True]
+    for r in runs:
+        r.join(120)
+    assert not failures and sorted(answers) == [False, True]
     assert ids(spark, path) == [0, 1]
 
 
 def test_a_transaction_retention_leaves_the_judgement_to_delta(spark, tmp_path):
-    path = str(tmp_path / "t")
+    path, checkpoint = str(tmp_path / "t"), str(tmp_path / "checkpoint")
+    os.mkdir(checkpoint)
     spark.sql(f"CREATE TABLE delta.`{path}` (id int) USING delta "
               "TBLPROPERTIES ('delta.setTransactionRetentionDuration' = 'interval 1 days')")
     _legacy(spark, path, 0)
     assert recorded_transaction(path, log_version(path), "app") is None
-    assert not OnceWriter("app").write(rows(spark, 0), path, 0)
-    assert OnceWriter("app").write(rows(spark, 1), path, 1)
+    assert not OnceWriter("app", checkpoint).write(rows(spark, 0), path, 0)
+    assert OnceWriter("app", checkpoint).write(rows(spark, 1), path, 1)
     assert ids(spark, path) == [0, 1]
+    assert _txn(path, log_version(path)) == {"appId": "app", "version": 1}  # Delta judged it
 
 
 def test_the_history_search_stops_at_commits_older_than_the_batch(spark, tmp_path):
@@ -307,3 +348,22 @@ def test_a_table_is_made_empty_until_a_commit_adds_a_file(spark, tmp_path):
     spark.createDataFrame([_message("k", 0, 1)], SCHEMA).write.format("delta").save(written)
     assert log_version(written) == 0 and not made_empty(written)
     assert not made_empty(str(tmp_path / "nothing-here"))
+
+
+def test_a_checkpoint_that_takes_no_lock_leaves_the_judgement_to_delta(spark, tmp_path, monkeypatch):
+    """A mount without flock: the first write passes Delta's options instead of failing."""
+    import errno
+
+    from msglake.pipelines.io import once
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    path, checkpoint = str(tmp_path / "t"), str(tmp_path / "checkpoint")
+    os.mkdir(checkpoint)
+    assert OnceWriter("app", checkpoint).write(rows(spark, 0), path, 0)
+    monkeypatch.setattr(once.fcntl, "flock", no_locks)
+    assert OnceWriter("app", checkpoint).write(rows(spark, 1), path, 1)
+    assert _txn(path, log_version(path)) == {"appId": "app", "version": 1}
+    assert not OnceWriter("app", checkpoint).write(rows(spark, 1), path, 1)
+    assert ids(spark, path) == [0, 1]
