@@ -162,6 +162,11 @@ def commit_file(path: str, version: int) -> str:
     return os.path.join(path, "_delta_log", f"{version:020d}.json")
 
 
+def checksum_file(path: str, version: int) -> str:
+    """Where Delta's checksum of commit ``version`` of the table at ``path`` is in its local log."""
+    return commit_file(path, version).removesuffix(".json") + ".crc"
+
+
 def _actions(path: str, version: int):
     """The actions of commit ``version`` in a Delta table's local log, one dict each (raises
     OSError when there is no such commit, ValueError for a line that is no JSON)."""
@@ -217,7 +222,7 @@ def recorded_transaction(path: str, version: int, app_id: str) -> int | None:
     them all, up to 100 apps), or a ``delta.setTransactionRetentionDuration`` on the table (expired
     transactions leave the table's state by time, which the file does not replay)."""
     try:
-        with open(os.path.join(path, "_delta_log", f"{version:020d}.crc")) as f:
+        with open(checksum_file(path, version)) as f:
             checksum = json.load(f)
         transactions = checksum["setTransactions"]
         configuration = (checksum.get("metadata") or {}).get("configuration") or {}

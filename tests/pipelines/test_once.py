@@ -11,7 +11,8 @@ import numpy as np
 from pyspark.sql import functions as F
 
 from msglake.pipelines.io.first_copies import EPOCH, MAX_PIECES, FirstCopies
-from msglake.pipelines.io.once import OnceWriter, log_version, made_empty, recorded_transaction
+from msglake.pipelines.io.once import (OnceWriter, _actions, checksum_file, log_version, made_empty,
+                                      recorded_transaction)
 from msglake.transforms.dedup import key_hash, repeated
 
 T0 = dt.datetime(2026, 1, 1)
@@ -39,23 +40,21 @@ def test_a_batch_is_written_once_within_a_run_and_after_a_restart(spark, tmp_pat
     assert ids(spark, path) == [1, 2, 3, 4, 99]
 
 
-def test_delta_still_judges_a_table_written_with_its_transaction_options_alone(spark, tmp_path):
-    """A lake written by an older msglake: Delta's txn actions, no userMetadata."""
-    path = str(tmp_path / "t")
-    for batch in (0, 1):
-        rows(spark, batch).write.format("delta").mode("append").option("txnAppId", "app") \
-            .option("txnVersion", batch).save(path)
-    writer = OnceWriter("app")
-    assert not writer.write(rows(spark, 1), path, 1)
-    assert writer.write(rows(spark, 2), path, 2)
-    assert ids(spark, path) == [0, 1, 2]
-
-
 def _legacy(spark, path, *batches):
     """Batches written as an older msglake wrote them: Delta's txn options, no userMetadata."""
     for batch in batches:
         rows(spark, batch).write.format("delta").mode("append").option("txnAppId", "app") \
             .option("txnVersion", batch).save(path)
+
+
+def test_delta_still_judges_a_table_written_with_its_transaction_options_alone(spark, tmp_path):
+    """A lake written by an older msglake: Delta's txn actions, no userMetadata."""
+    path = str(tmp_path / "t")
+    _legacy(spark, path, 0, 1)
+    writer = OnceWriter("app")
+    assert not writer.write(rows(spark, 1), path, 1)
+    assert writer.write(rows(spark, 2), path, 2)
+    assert ids(spark, path) == [0, 1, 2]
 
 
 def _jobs(spark, write) -> tuple[bool, int]:
@@ -84,7 +83,7 @@ def test_the_first_write_of_a_run_takes_the_apps_transaction_from_the_commits_ch
     assert ids(spark, path) == [0, 1, 2]
     # Without the checksum (a writer that left none) Delta judges, as before: its lookup's jobs come back.
     _legacy(spark, path, 3)
-    os.remove(os.path.join(path, "_delta_log", f"{log_version(path):020d}.crc"))
+    os.remove(checksum_file(path, log_version(path)))
     assert recorded_transaction(path, log_version(path), "app") is None
     assert not OnceWriter("app", checkpoint).write(rows(spark, 3), path, 3)
     assert OnceWriter("app", checkpoint).write(rows(spark, 4), path, 4)
@@ -95,24 +94,18 @@ def test_the_first_write_of_a_run_takes_the_apps_transaction_from_the_commits_ch
 
 def _txn(path, version):
     """The transaction action of commit ``version`` (appId, version), None without one."""
-    import json
-
-    from msglake.pipelines.io.once import commit_file
-
-    with open(commit_file(path, version)) as f:
-        actions = [json.loads(line) for line in f if line.strip()]
-    txn = next((a["txn"] for a in actions if "txn" in a), None)
+    txn = next((a["txn"] for a in _actions(path, version) if "txn" in a), None)
     return None if txn is None else {"appId": txn["appId"], "version": txn["version"]}
 
 
 def test_the_checksum_says_nothing_without_the_whole_list_or_with_a_retention(tmp_path):
     import json
 
-    log = tmp_path / "_delta_log"
-    log.mkdir()
+    (tmp_path / "_delta_log").mkdir()
 
     def checksum(**fields):
-        (log / f"{7:020d}.crc").write_text(json.dumps({"txnId": "x", "tableSizeBytes": 0, **fields}))
+        with open(checksum_file(str(tmp_path), 7), "w") as f:
+            json.dump({"txnId": "x", "tableSizeBytes": 0, **fields}, f)
         return recorded_transaction(str(tmp_path), 7, "app")
 
     listed = [{"appId": "app", "version": 5, "lastUpdated": 0}, {"appId": "b", "version": 9, "lastUpdated": 0}]
