@@ -44,7 +44,7 @@ from pyspark.sql import DataFrame, SparkSession, functions as F
 
 from msglake.pipelines.io.once import commit_metadata, log_version, made_empty, marked_batch
 from msglake.schemas.source import SOURCE_SCHEMA
-from msglake.transforms.dedup import KEY_COLUMNS, key_hash
+from msglake.transforms.dedup import KEY_COLUMNS, in_sorted, key_hash
 
 #: More pieces than this are merged into one (each is searched for every batch's hashes).
 MAX_PIECES = 8
@@ -182,8 +182,7 @@ class FirstCopies:
         in several pieces: one per watermark they span)."""
         start = _utc(since) - self.watermark
         wanted = np.unique(np.asarray(hashes, dtype=np.int64))
-        blind = [p.hashes for p in self.pieces if p.rows is None]
-        read = wanted[np.isin(wanted, np.concatenate(blind))] if blind else wanted[:0]
+        read = wanted[in_sorted(wanted, [p.hashes for p in self.pieces if p.rows is None])]
         kept_for = pa.array(np.setdiff1d(wanted, read, assume_unique=True))
         parts = [_since(p.rows.filter(pc.is_in(p.rows.column("keyHash"), kept_for)), start)
                  for p in self.pieces if p.rows is not None and len(kept_for)]

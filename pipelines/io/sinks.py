@@ -28,7 +28,8 @@ from msglake.schemas import MESSAGES_TABLE, QUARANTINE_TABLE
 from msglake.schemas.messages import DECODED_SCHEMA, DEDUP, DERIVED
 from msglake.schemas.quarantine import QUARANTINE_DETAIL, QUARANTINE_LOCATION
 from msglake.schemas.spark import to_spark
-from msglake.transforms.dedup import KEY_COLUMNS, RETRY_LOCATION, RetryRule, arrow_keys, dedup_key, mark_retries, repeated
+from msglake.transforms.dedup import (KEY_COLUMNS, RETRY_LOCATION, RetryRule, arrow_keys, dedup_key, in_sorted,
+                                      mark_retries, repeated)
 
 
 @dataclass
@@ -405,8 +406,7 @@ class DeltaSink:
         copies = spark.createDataFrame(mine.select(list(KEY_COLUMNS)))
         if self._held_may_differ():
             copies = copies.join(self._held(spark, rows, maybe), on=list(RETRY_LOCATION), how="left_anti")
-        known = np.concatenate(stored) if stored else np.array([], np.int64)
-        in_table = maybe[np.isin(maybe, known)]
+        in_table = maybe[in_sorted(maybe, stored)]
         earlier = self.firsts.rows(spark, keys.since, in_table) if len(in_table) else copies.limit(0)
         if len(mine) <= ONE_TASK_BATCH:
             copies, earlier = copies.coalesce(1), earlier.coalesce(1)

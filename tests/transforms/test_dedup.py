@@ -150,6 +150,25 @@ def test_deciding_among_the_keys_that_may_repeat_only_marks_the_same_rows(spark)
     assert_df_equality(rule.retries(narrowed), expected, ignore_row_order=True)
 
 
+def test_in_sorted_finds_what_any_piece_holds():
+    # The sink asks which candidates' first copies are in the table by a search of each sorted
+    # piece of hashes: the answer must be set membership, at int64's ends and with empty pieces.
+    from msglake.transforms.dedup import in_sorted, repeated
+
+    rng = np.random.default_rng(7)
+    edges = np.array([np.iinfo(np.int64).min, -1, 0, 1, np.iinfo(np.int64).max], dtype=np.int64)
+    pieces = [np.sort(np.concatenate([rng.integers(-2**63, 2**63 - 1, 500, dtype=np.int64), edges[k::2]]))
+              for k in range(2)] + [np.array([], np.int64)]
+    values = np.concatenate([rng.choice(pieces[0], 50), rng.choice(pieces[1], 50), edges,
+                             rng.integers(-2**63, 2**63 - 1, 200, dtype=np.int64)])
+    held = set(np.concatenate(pieces).tolist())
+    assert in_sorted(values, pieces).tolist() == [v in held for v in values.tolist()]
+    assert not in_sorted(values, []).any() and not in_sorted(values[:0], pieces).size
+    batch = np.concatenate([values[:10], values[:3], rng.integers(-2**63, 2**63 - 1, 20, dtype=np.int64)])
+    want = sorted({int(v) for v in batch if v in held or (batch == v).sum() > 1})
+    assert repeated(batch, pieces).tolist() == want
+
+
 def test_the_drivers_keys_are_sparks_on_both_paths(spark, tmp_path):
     # The ingest sink decides retries from keys made in the driver (arrow_keys) and writes the
     # keys Spark makes (dedup_key): they must be the same strings, with the same key_hash, for
