@@ -127,3 +127,26 @@ def test_the_drivers_decode_gives_the_same_rows_in_its_processes_as_in_its_own(t
     dying.kill()
     dying.wait()
     assert pool().map(int, [("1",), ("2",), ("3",)]) == [1, 2, 3]
+
+
+def test_sparks_readers_freeze_what_a_worker_holds_and_the_drivers_decode_does_not(tmp_path):
+    # A reused Spark Python worker collects its whole heap after each task: the readers' `read`
+    # (which only Spark's workers call) moves what a task starts with into the permanent
+    # generation. The driver's own decode (DriverReader.map) must not: a long-running driver's
+    # frozen objects that later form garbage cycles would never be freed.
+    import gc
+
+    from msglake.samples.nsq import generate
+
+    generate(str(tmp_path), 200, max_bytes_per_file=32 << 10)
+    options = {"format": "nsq-ext", "path": str(tmp_path), "minPartitions": "2"}
+    gc.unfreeze()
+    try:
+        assert sum(b.num_rows for b in S.DriverReader(options).map(lambda b: b)) > 100
+        assert gc.get_freeze_count() == 0
+        reader = S.SegmentBatchReader(SourceOptions.parse(options))
+        parts = reader.partitions()
+        rows = sum(b.num_rows for b in reader.read(parts[0]))
+        assert rows > 0 and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
