@@ -135,6 +135,7 @@ def in_sorted(values: np.ndarray, pieces: Iterable[np.ndarray]) -> np.ndarray:
     values = np.asarray(values, dtype=np.int64)
     found = np.zeros(len(values), dtype=bool)
     for known in pieces:
+        known = np.asarray(known, dtype=np.int64)
         if len(known):
             at = np.minimum(np.searchsorted(known, values), len(known) - 1)
             found |= known[at] == values

@@ -339,10 +339,11 @@ def _freeze_survivors() -> None:
 
     A reused worker collects its whole heap after every task (pyspark's daemon calls
     ``gc.collect()``): with pyspark, pyarrow and msglake imported, about 35 ms a collection, and
-    in perf of a RocketMQ read as many of a worker's samples as the core's hottest function. What
-    is alive at a task's start has survived that collection (modules, classes, caches);
-    ``gc.freeze`` moves it to the permanent generation, so the collections walk only what later
-    tasks make (the workers' CPU for the suite's 1M RocketMQ set, read into a ``noop`` sink: median
+    in perf of a RocketMQ read as many of a worker's samples as the core's hottest function.
+    ``gc.freeze`` moves what the worker holds when a task's read starts (what survived that
+    collection: modules, classes, caches; and the task's set-up: its context and the unpickled
+    reader, which form no cycles) to the permanent generation, so the collections walk only what
+    the reads make (the workers' CPU for the suite's 1M RocketMQ set, read into a ``noop`` sink: median
     2.45 -> 2.30 s). Only in Spark's workers (this is called from
     the readers' ``read``): in the driver, frozen objects that later form garbage cycles would
     never be freed."""

@@ -164,9 +164,10 @@ def test_in_sorted_finds_what_any_piece_holds():
     held = set(np.concatenate(pieces).tolist())
     assert in_sorted(values, pieces).tolist() == [v in held for v in values.tolist()]
     assert not in_sorted(values, []).any() and not in_sorted(values[:0], pieces).size
-    batch = np.concatenate([values[:10], values[:3], rng.integers(-2**63, 2**63 - 1, 20, dtype=np.int64)])
+    fresh = rng.integers(-2**63, 2**63 - 1, 20, dtype=np.int64)  # in no piece; the first three twice
+    batch = np.concatenate([values[:10], values[:3], fresh, fresh[:3]])
     want = sorted({int(v) for v in batch if v in held or (batch == v).sum() > 1})
-    assert repeated(batch, pieces).tolist() == want
+    assert repeated(batch, pieces).tolist() == want and set(fresh[:3].tolist()) <= set(want)
 
 
 def test_the_drivers_keys_are_sparks_on_both_paths(spark, tmp_path):
