@@ -343,10 +343,9 @@ def _freeze_survivors() -> None:
     ``gc.freeze`` moves what the worker holds when a task's read starts (what survived that
     collection: modules, classes, caches; and the task's set-up: its context and the unpickled
     reader, which form no cycles) to the permanent generation, so the collections walk only what
-    the reads make (the workers' CPU for the suite's 1M RocketMQ set, read into a ``noop`` sink: median
-    2.45 -> 2.30 s). Only in Spark's workers (this is called from
-    the readers' ``read``): in the driver, frozen objects that later form garbage cycles would
-    never be freed."""
+    the reads make (the workers' CPU for the suite's 1M RocketMQ set, read into a ``noop`` sink:
+    median 2.45 -> 2.30 s). Only in Spark's workers (this is called from the readers' ``read``):
+    in the driver, frozen objects that later form garbage cycles would never be freed."""
     gc.freeze()
 
 
