@@ -21,11 +21,16 @@ def _numbered(folder: str) -> list[int]:
         return []
 
 
+def committed_offset(checkpoint: str) -> dict | None:
+    """The source offset of the last batch the checkpoint marks committed (None: no batch is):
+    where the query's next batch starts."""
+    committed = _numbered(os.path.join(checkpoint, "commits"))
+    return batch_offset(checkpoint, committed[-1]) if committed else None
+
+
 def committed_positions(checkpoint: str) -> dict[str, int]:
     """Byte positions per segment of the last batch the checkpoint marks committed."""
-    committed = _numbered(os.path.join(checkpoint, "commits"))
-    source = batch_offset(checkpoint, committed[-1]) if committed else None
-    return {k: int(v) for k, v in (source or {}).get("segments", {}).items()}
+    return {k: int(v) for k, v in (committed_offset(checkpoint) or {}).get("segments", {}).items()}
 
 
 def batch_offset(checkpoint: str, batch_id: int) -> dict | None:

@@ -10,6 +10,11 @@ the driver's JVM-gateway threads half-way.
 
 A task and its result cross a pipe pickled: a module-level function and its arguments, and what
 it returns (an exception raised in the process is raised again in the driver).
+
+A second pool, :func:`idle_pool`, runs at the kernel's idle priority (``SCHED_IDLE``): it decodes
+the next micro-batch of a backlog ahead while Spark writes the current one
+(``source.DriverReader``), on the cores Spark's tasks leave idle (it takes no core they want; they
+still share the caches and the memory's bandwidth).
 """
 from __future__ import annotations
 
@@ -23,16 +28,28 @@ from collections.abc import Callable, Sequence
 from queue import Empty, SimpleQueue
 
 
+class Cancelled(Exception):
+    """A :meth:`DecoderPool.map` stopped by its ``cancel`` event before every task ran."""
+
+
 class DecoderPool:
-    """``size`` decoding processes; :meth:`map` runs a function over arguments on them."""
+    """``size`` decoding processes; :meth:`map` runs a function over arguments on them. ``idle``:
+    the processes run only on cores nothing else wants (see :func:`idle_pool`)."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, idle: bool = False):
         self._lock = threading.Lock()
-        self._procs = [subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE) for _ in range(max(size, 1))]
+        self._procs = [subprocess.Popen([sys.executable, "-m", __name__, *(["--idle"] if idle else [])],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE) for _ in range(max(size, 1))]
 
-    def map(self, fn: Callable, args: Sequence[tuple]) -> list:
-        """``[fn(*a) for a in args]``, each call in one of the processes, in the order given."""
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs]
+
+    def map(self, fn: Callable, args: Sequence[tuple], cancel: threading.Event | None = None,
+            each_done: Callable[[int, object], None] | None = None) -> list:
+        """``[fn(*a) for a in args]``, each call in one of the processes, in the order given.
+        ``each_done(i, result)`` is called as each call returns. Raises :class:`Cancelled` when
+        ``cancel`` is set before the last task was handed out (the tasks already running finish
+        first)."""
         todo: SimpleQueue = SimpleQueue()
         for i, a in enumerate(args):
             todo.put((i, a))
@@ -41,7 +58,7 @@ class DecoderPool:
         failures: list[BaseException] = []
 
         def feed(proc: subprocess.Popen) -> None:
-            while not failures:
+            while not failures and not (cancel is not None and cancel.is_set()):
                 try:
                     i, a = todo.get_nowait()
                 except Empty:
@@ -64,6 +81,8 @@ class DecoderPool:
                     return
                 results[i] = value
                 done.add(i)
+                if each_done is not None:
+                    each_done(i, value)
 
         with self._lock:  # one map at a time: each process answers one task at a time
             feeders = [threading.Thread(target=feed, args=(p,), daemon=True) for p in self._procs]
@@ -73,6 +92,8 @@ class DecoderPool:
                 t.join()
         if failures:
             raise failures[0]
+        if len(done) != len(args) and cancel is not None and cancel.is_set():
+            raise Cancelled()
         if len(done) != len(args):  # cannot happen: each task is answered or fails
             raise RuntimeError(f"the driver's decoding processes answered {len(done)} of {len(args)} tasks")
         return results
@@ -93,26 +114,46 @@ class DecoderPool:
                 p.kill()
 
 
-_pool: DecoderPool | None = None
+_pools: dict[bool, DecoderPool] = {}
 _pool_lock = threading.Lock()
+
+
+def _started(idle: bool) -> DecoderPool:
+    with _pool_lock:
+        running = _pools.get(idle)
+        if running is not None and not running.alive():
+            running.close()
+            running = None
+        if running is None:
+            running = _pools[idle] = DecoderPool(os.cpu_count() or 1, idle=idle)
+            atexit.register(running.close)
+        return running
 
 
 def pool() -> DecoderPool:
     """The driver process's pool (a process per core), started on first use, again if one of its
     processes died."""
-    global _pool
-    with _pool_lock:
-        if _pool is not None and not _pool.alive():
-            _pool.close()
-            _pool = None
-        if _pool is None:
-            _pool = DecoderPool(os.cpu_count() or 1)
-            atexit.register(_pool.close)
-        return _pool
+    return _started(False)
+
+
+def idle_pool() -> DecoderPool:
+    """The driver process's pool of processes at idle priority (Linux ``SCHED_IDLE``; elsewhere
+    the lowest ``nice``), started on first use like :func:`pool`. Its work waits while Spark's
+    tasks (or anything else) want the cores: reading ahead takes what the write it overlaps leaves."""
+    return _started(True)
+
+
+def _lower_priority() -> None:
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        os.nice(19)
 
 
 def _serve() -> None:
     """A process of the pool: answer tasks from stdin on stdout until stdin closes."""
+    if "--idle" in sys.argv[1:]:
+        _lower_priority()
     tasks, answers = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr, not into the answers
     # What the driver's tasks call, imported while the driver is still starting its query.

@@ -23,7 +23,7 @@ from msglake.pipelines.io.paths import check_lake_root, check_source_folder
 from msglake.pipelines.io.progress import ProgressReporter
 from msglake.pipelines.jobs.running import wait_or_stop
 from msglake.pipelines.settings import Settings, SourceSettings
-from msglake.pipelines.io.sinks import DeltaSink, RunCounts
+from msglake.pipelines.io.sinks import DeltaSink, RunCounts, chunk_keys
 from msglake.pipelines.io.source import DriverReader, raw_record_reader
 from msglake.schemas import CONSUMER_OFFSETS_TABLE, MESSAGES_TABLE, QUARANTINE_TABLE
 
@@ -162,10 +162,13 @@ def run(
     offsets = ConsumerOffsetRecorder(spark, settings, src) if src.format == "rocketmq-commitlog" else None
     if offsets is not None:
         offsets.record_soon()
+    marking = settings.ingest.dedupWatermarkSeconds > 0
+    reader = None
     try:
-        reader = DriverReader(source_options(spark, settings, src))
-        if settings.ingest.dedupWatermarkSeconds > 0:
-            reader.warm()
+        # With marking on, a backlog's next batch has its keys made while Spark writes the current one.
+        reader = DriverReader(source_options(spark, settings, src), ahead=chunk_keys if marking else None)
+        if marking:
+            reader.warm(cp.committed_offset(checkpoint))
         sink = _LazySink(src.name, checkpoint, tables, counts, settings.ingest.dedupWatermarkSeconds, reader, offsets,
                          dict(rules=settings.quality.rule_context(settings.policies), levels=settings.quality.levels(),
                               raw_reader=raw_record_reader(src.format, os.path.abspath(src.path), src.codec_options())))
@@ -201,6 +204,9 @@ def run(
         if offsets is not None:
             offsets.settle()  # no snapshot is left being written after the run
         raise
+    finally:
+        if reader is not None:
+            reader.close()
     if offsets is not None:
         offsets.record()  # consumers may have moved even when no message arrived
         if offsets.path is not None:

@@ -138,6 +138,37 @@ def test_small_trigger_budget_runs_several_bounded_batches_with_the_same_result(
     assert dictionary["sourceFormat"] > 0 and dictionary["storeHost"] > 0
 
 
+def test_a_backlogs_batches_read_ahead_mark_the_retries_of_the_ground_truth(spark, tmp_path, monkeypatch):
+    # With retry marking on, the driver decodes a backlog's next batch ahead while Spark writes
+    # the current one (DriverReader's ahead); what it read ahead marks the same retries.
+    from msglake.pipelines.io import decoders, source as S
+
+    data = tmp_path / "nsq"
+    truth = generate(str(data), 2000, max_bytes_per_file=64 << 10)
+    settings = make_settings(tmp_path / "lake", data, maxBytesPerTrigger=150_000, splitBytes=30_000)
+    monkeypatch.setattr(S, "POOL_BYTES", 0)  # every batch of two tasks or more is a large one
+    # At idle priority, the reading ahead may wait out a whole batch on a busy machine (the
+    # batch then decodes itself); here it is not to wait, so that the test sees it used.
+    monkeypatch.setattr(decoders, "idle_pool", decoders.pool)
+    taken = []
+    take = S._Ahead.take
+
+    def seen(self, *args):
+        got = take(self, *args)
+        taken.append(got is not None)
+        return got
+
+    monkeypatch.setattr(S._Ahead, "take", seen)
+    summary = ingest(spark, settings)
+    assert summary.batches >= 5 and summary.balanced and summary.messages == len(truth.messages)
+    assert sum(taken) >= 2
+    got = table_keys(spark, settings.lake.table_path("messages"))
+    want = truth.by_key()
+    assert sum(1 for m in want.values() if m.retry_of) > 5
+    for key, m in want.items():
+        assert (tuple(got[key].retryOf) if got[key].retryOf else None) == m.retry_of, key
+
+
 def test_each_batch_is_stamped_with_one_time_and_its_id_on_both_tables(spark, tmp_path):
     data = tmp_path / "nsq"
     truth = generate(str(data), 1500, max_bytes_per_file=64 << 10)

@@ -129,6 +129,69 @@ def test_the_drivers_decode_gives_the_same_rows_in_its_processes_as_in_its_own(t
     assert pool().map(int, [("1",), ("2",), ("3",)]) == [1, 2, 3]
 
 
+def test_the_next_batch_read_ahead_is_taken_only_when_it_is_the_batch_asked_for(tmp_path, monkeypatch):
+    # With retry marking on, while Spark writes a backlog's batch the driver's idle-priority pool
+    # decodes the batch the source would plan next (DriverReader's ahead); the next map() takes
+    # that result only for the same function, start and end, and otherwise decodes as before.
+    import functools
+    import os
+    import threading
+    import time
+
+    import pytest
+
+    from msglake.pipelines.io.decoders import Cancelled, idle_pool
+    from msglake.pipelines.io.sinks import batch_keys, chunk_keys, rows_with_hashes
+    from msglake.samples.nsq import generate
+
+    generate(str(tmp_path), 3000, max_bytes_per_file=32 << 10)
+    options = {"format": "nsq-ext", "path": str(tmp_path), "minPartitions": "2", "splitBytes": str(64 << 10),
+               "maxBytesPerTrigger": str(300 << 10)}
+    monkeypatch.setattr(S, "POOL_BYTES", 0)  # every batch of two tasks or more is a large one
+    planner = S.SegmentStreamReader(SourceOptions.parse(options))
+    ends = [planner.initialOffset()]
+    for _ in range(3):
+        ends.append(planner.latestOffset(ends[-1], planner.getDefaultReadLimit()))
+    assert ends[3]["segments"] != ends[2]["segments"]  # three batches, each with rows
+
+    def fresh(start, end, each=chunk_keys):
+        return S.DriverReader(options).map(each, start, end)
+
+    reader = S.DriverReader(options, ahead=chunk_keys)
+    reader.warm()  # the first batch, from the source's beginning
+    tasks = 0
+    for n, (start, end) in enumerate(zip(ends, ends[1:])):
+        if n < 2:
+            reader._ahead.join()  # here, as if Spark's write had taken long enough
+            tasks += len(S.SegmentStreamReader(SourceOptions.parse(options)).partitions(start, end))
+        else:  # the batch comes once it is planned, while its tasks are decoded ahead (some done, or none)
+            deadline = time.monotonic() + 120
+            while reader._ahead.planned is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+        got, want = batch_keys(reader.map(chunk_keys, start, end)), batch_keys(fresh(start, end))
+        assert got.rows.equals(want.rows) and got.undecoded.equals(want.undecoded) and got.framed == want.framed
+    assert reader.taken_ahead == 3 and reader.tasks_ahead >= tasks
+    # The batch after ends[3] was foreseen under the trigger's budget; asked for with another end
+    # (say, a segment grew), the batch is decoded as asked.
+    everything = planner.latestOffset(ends[3], S.ReadAllAvailable())
+    got = batch_keys(reader.map(chunk_keys, ends[3], everything))
+    assert reader.taken_ahead == 3 and got.rows.equals(batch_keys(fresh(ends[3], everything)).rows)
+    # Another function over the foreseen batch: not what was read ahead.
+    reader.map(chunk_keys, ends[2], ends[3])  # reads ahead from ends[3] again
+    foreseen = planner.latestOffset(ends[3], planner.getDefaultReadLimit())
+    pick = functools.partial(rows_with_hashes, pa.array(sorted(batch_keys(fresh(ends[3], foreseen)).hashes[:3].tolist())))
+    picked = reader.map(pick, ends[3], foreseen)
+    assert reader.taken_ahead == 3 and sum(b.num_rows for b in picked) >= 3
+    reader.close()
+    # The pool that reads ahead runs at the kernel's idle priority; a cancelled map stops.
+    assert all(os.sched_getscheduler(pid) == os.SCHED_IDLE for pid in idle_pool().pids())
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(Cancelled):
+        idle_pool().map(int, [("1",)], cancel=stop)
+    assert idle_pool().map(int, [("1",), ("2",)]) == [1, 2]
+
+
 def test_sparks_readers_freeze_what_a_worker_holds_and_the_drivers_decode_does_not(tmp_path):
     # A reused Spark Python worker collects its whole heap after each task: the readers' `read`
     # (which only Spark's workers call) moves what a task starts with into the permanent
