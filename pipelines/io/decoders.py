@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import threading
@@ -101,6 +102,12 @@ class DecoderPool:
     def alive(self) -> bool:
         return all(p.poll() is None for p in self._procs)
 
+    def kill(self) -> None:
+        """Stop the processes now (one died: the pool is replaced; a map still running on the
+        others fails, as its tasks would have)."""
+        for p in self._procs:
+            p.kill()
+
     def close(self) -> None:
         for p in self._procs:
             try:
@@ -115,14 +122,16 @@ class DecoderPool:
 
 
 _pools: dict[bool, DecoderPool] = {}
-_pool_lock = threading.Lock()
+#: One lock per pool: the idle pool's processes may wait long for a core, and starting or
+#: replacing them must never hold up the pool a batch waits on.
+_pool_locks = {False: threading.Lock(), True: threading.Lock()}
 
 
 def _started(idle: bool) -> DecoderPool:
-    with _pool_lock:
+    with _pool_locks[idle]:
         running = _pools.get(idle)
         if running is not None and not running.alive():
-            running.close()
+            running.kill()
             running = None
         if running is None:
             running = _pools[idle] = DecoderPool(os.cpu_count() or 1, idle=idle)
@@ -154,6 +163,9 @@ def _serve() -> None:
     """A process of the pool: answer tasks from stdin on stdout until stdin closes."""
     if "--idle" in sys.argv[1:]:
         _lower_priority()
+    # Ctrl-C in the terminal reaches the whole process group: the driver stops its query
+    # gracefully, and the batch it finishes still needs these processes.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     tasks, answers = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr, not into the answers
     # What the driver's tasks call, imported while the driver is still starting its query.

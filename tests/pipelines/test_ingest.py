@@ -144,8 +144,8 @@ def test_a_backlogs_batches_read_ahead_mark_the_retries_of_the_ground_truth(spar
     from msglake.pipelines.io import decoders, source as S
 
     data = tmp_path / "nsq"
-    truth = generate(str(data), 2000, max_bytes_per_file=64 << 10)
-    settings = make_settings(tmp_path / "lake", data, maxBytesPerTrigger=150_000, splitBytes=30_000)
+    truth = generate(str(data), 1500, max_bytes_per_file=64 << 10)
+    settings = make_settings(tmp_path / "lake", data, maxBytesPerTrigger=250_000, splitBytes=50_000)
     monkeypatch.setattr(S, "POOL_BYTES", 0)  # every batch of two tasks or more is a large one
     # At idle priority, the reading ahead may wait out a whole batch on a busy machine (the
     # batch then decodes itself); here it is not to wait, so that the test sees it used.
@@ -155,13 +155,13 @@ def test_a_backlogs_batches_read_ahead_mark_the_retries_of_the_ground_truth(spar
 
     def seen(self, *args):
         got = take(self, *args)
-        taken.append(got is not None)
+        taken.append(0 if got is None else sum(out is not None for out in got[1]))  # tasks decoded ahead
         return got
 
     monkeypatch.setattr(S._Ahead, "take", seen)
     summary = ingest(spark, settings)
-    assert summary.batches >= 5 and summary.balanced and summary.messages == len(truth.messages)
-    assert sum(taken) >= 2
+    assert summary.batches >= 3 and summary.balanced and summary.messages == len(truth.messages)
+    assert sum(1 for n in taken if n) >= 2
     got = table_keys(spark, settings.lake.table_path("messages"))
     want = truth.by_key()
     assert sum(1 for m in want.values() if m.retry_of) > 5

@@ -132,15 +132,10 @@ def test_the_drivers_decode_gives_the_same_rows_in_its_processes_as_in_its_own(t
 def test_the_next_batch_read_ahead_is_taken_only_when_it_is_the_batch_asked_for(tmp_path, monkeypatch):
     # With retry marking on, while Spark writes a backlog's batch the driver's idle-priority pool
     # decodes the batch the source would plan next (DriverReader's ahead); the next map() takes
-    # that result only for the same function, start and end, and otherwise decodes as before.
+    # the tasks done only for the same function, start and end, and decodes the rest itself.
     import functools
-    import os
-    import threading
-    import time
 
-    import pytest
-
-    from msglake.pipelines.io.decoders import Cancelled, idle_pool
+    from msglake.pipelines.io import decoders
     from msglake.pipelines.io.sinks import batch_keys, chunk_keys, rows_with_hashes
     from msglake.samples.nsq import generate
 
@@ -148,48 +143,78 @@ def test_the_next_batch_read_ahead_is_taken_only_when_it_is_the_batch_asked_for(
     options = {"format": "nsq-ext", "path": str(tmp_path), "minPartitions": "2", "splitBytes": str(64 << 10),
                "maxBytesPerTrigger": str(300 << 10)}
     monkeypatch.setattr(S, "POOL_BYTES", 0)  # every batch of two tasks or more is a large one
+    # At idle priority the work may wait long on a busy machine (the next test checks that
+    # priority); here it runs in the ordinary pool, so that each step below is done when asked.
+    monkeypatch.setattr(decoders, "idle_pool", decoders.pool)
     planner = S.SegmentStreamReader(SourceOptions.parse(options))
     ends = [planner.initialOffset()]
-    for _ in range(3):
+    for _ in range(4):
         ends.append(planner.latestOffset(ends[-1], planner.getDefaultReadLimit()))
-    assert ends[3]["segments"] != ends[2]["segments"]  # three batches, each with rows
+    assert ends[4]["segments"] != ends[3]["segments"]  # four batches, each with rows
 
     def fresh(start, end, each=chunk_keys):
-        return S.DriverReader(options).map(each, start, end)
+        return batch_keys(S.DriverReader(options).map(each, start, end))
+
+    def same(got, want):
+        return got.rows.equals(want.rows) and got.undecoded.equals(want.undecoded) and got.framed == want.framed
 
     reader = S.DriverReader(options, ahead=chunk_keys)
     reader.warm()  # the first batch, from the source's beginning
-    tasks = 0
-    for n, (start, end) in enumerate(zip(ends, ends[1:])):
-        if n < 2:
-            reader._ahead.join()  # here, as if Spark's write had taken long enough
-            tasks += len(S.SegmentStreamReader(SourceOptions.parse(options)).partitions(start, end))
-        else:  # the batch comes once it is planned, while its tasks are decoded ahead (some done, or none)
-            deadline = time.monotonic() + 120
-            while reader._ahead.planned is None and time.monotonic() < deadline:
-                time.sleep(0.01)
-        got, want = batch_keys(reader.map(chunk_keys, start, end)), batch_keys(fresh(start, end))
-        assert got.rows.equals(want.rows) and got.undecoded.equals(want.undecoded) and got.framed == want.framed
-    assert reader.taken_ahead == 3 and reader.tasks_ahead >= tasks
-    # The batch after ends[3] was foreseen under the trigger's budget; asked for with another end
-    # (say, a segment grew), the batch is decoded as asked.
+    tasks = []
+    for n, (start, end) in enumerate(zip(ends, ends[1:4])):
+        reader._ahead.join()  # as if Spark's write took long enough
+        tasks.append(len(reader._ahead._done))
+        if n == 2:  # the batch comes with half of its tasks done: the driver decodes the others
+            for i in list(reader._ahead._done)[::2]:
+                del reader._ahead._done[i]
+        assert same(batch_keys(reader.map(chunk_keys, start, end)), fresh(start, end))
+    assert min(tasks) >= 2 and reader.taken_ahead == 3
+    assert reader.tasks_ahead == tasks[0] + tasks[1] + tasks[2] - len(range(tasks[2])[::2])
+    # Asked for with another end than foreseen (say, a segment grew): decoded as asked.
+    reader._ahead.join()
     everything = planner.latestOffset(ends[3], S.ReadAllAvailable())
-    got = batch_keys(reader.map(chunk_keys, ends[3], everything))
-    assert reader.taken_ahead == 3 and got.rows.equals(batch_keys(fresh(ends[3], everything)).rows)
-    # Another function over the foreseen batch: not what was read ahead.
-    reader.map(chunk_keys, ends[2], ends[3])  # reads ahead from ends[3] again
-    foreseen = planner.latestOffset(ends[3], planner.getDefaultReadLimit())
-    pick = functools.partial(rows_with_hashes, pa.array(sorted(batch_keys(fresh(ends[3], foreseen)).hashes[:3].tolist())))
-    picked = reader.map(pick, ends[3], foreseen)
-    assert reader.taken_ahead == 3 and sum(b.num_rows for b in picked) >= 3
+    assert everything != ends[4]
+    assert same(batch_keys(reader.map(chunk_keys, ends[3], everything)), fresh(ends[3], everything))
+    assert reader.taken_ahead == 3
+    # Another function over the batch (the held copies' pass): not what was read ahead, which
+    # stays for the batch it foresaw.
+    reader.map(chunk_keys, ends[2], ends[3])
+    reader._ahead.join()
+    pick = functools.partial(rows_with_hashes, pa.array(sorted(fresh(ends[3], ends[4]).hashes[:3].tolist())))
+    assert sum(b.num_rows for b in reader.map(pick, ends[3], ends[4])) >= 3 and reader.taken_ahead == 3
+    assert same(batch_keys(reader.map(chunk_keys, ends[3], ends[4])), fresh(ends[3], ends[4]))
+    assert reader.taken_ahead == 4
+    # Closed (the query stopped): no more reading ahead.
     reader.close()
-    # The pool that reads ahead runs at the kernel's idle priority; a cancelled map stops.
-    assert all(os.sched_getscheduler(pid) == os.SCHED_IDLE for pid in idle_pool().pids())
+    reader.map(chunk_keys, ends[2], ends[3])
+    assert reader._ahead is None
+
+
+def test_the_pool_that_reads_ahead_runs_at_idle_priority_and_a_map_can_be_cancelled():
+    import os
+    import threading
+    import time
+
+    import pytest
+
+    from msglake.pipelines.io.decoders import Cancelled, idle_pool, pool
+
+    pids = idle_pool().pids()
+    deadline = time.monotonic() + 60
+    lowered = []
+    while time.monotonic() < deadline:  # each process lowers itself first thing
+        lowered = [os.sched_getscheduler(p) == os.SCHED_IDLE or os.getpriority(os.PRIO_PROCESS, p) == 19
+                   for p in pids]
+        if all(lowered):
+            break
+        time.sleep(0.01)
+    assert lowered and all(lowered)
+    assert not any(os.sched_getscheduler(p) == os.SCHED_IDLE for p in pool().pids())
     stop = threading.Event()
     stop.set()
     with pytest.raises(Cancelled):
-        idle_pool().map(int, [("1",)], cancel=stop)
-    assert idle_pool().map(int, [("1",), ("2",)]) == [1, 2]
+        pool().map(int, [("1",), ("2",)], cancel=stop)
+    assert pool().map(int, [("1",), ("2",)]) == [1, 2]
 
 
 def test_sparks_readers_freeze_what_a_worker_holds_and_the_drivers_decode_does_not(tmp_path):
