@@ -492,12 +492,13 @@ def _plan_next(opts: SourceOptions, start: dict, least_bytes: int):
     stream = SegmentStreamReader(opts)
     end = stream.latestOffset(start, stream.getDefaultReadLimit())
     parts = stream.partitions(start, end)
-    return (end, parts) if len(parts) >= 2 and _size(parts) >= least_bytes else None
+    return (end, parts) if _large(parts, least_bytes) else None
 
 
-def _size(parts) -> int:
-    """The bytes of the ranges of tasks ``parts`` (a range lost with its end unknown counts none)."""
-    return sum(r[3] - r[2] for p in parts for r in p.value if r[3] is not None)
+def _large(parts: list, least_bytes: int) -> bool:
+    """Whether tasks ``parts`` are two or more with at least ``least_bytes`` in their ranges (a
+    range lost with its end unknown counts none): a batch for a pool of processes."""
+    return len(parts) >= 2 and sum(r[3] - r[2] for p in parts for r in p.value if r[3] is not None) >= least_bytes
 
 
 def _same(a: dict, b: dict) -> bool:
@@ -541,14 +542,14 @@ class _Ahead:
         """Wait until all of it is done (tests)."""
         self._thread.join()
 
-    def take(self, each, start: dict, end: dict) -> tuple[list, list] | None:
-        """When this is the batch asked for (``each`` over ``start`` .. ``end``), as it was planned:
-        its tasks and the results of those already done (None for the others, which are not
-        waited for: at idle priority they may wait long on a busy machine). Otherwise None. No
-        task is started after this (those running finish, their results unused)."""
+    def take(self, start: dict, end: dict) -> tuple[list, list] | None:
+        """When this is the batch asked for (``start`` .. ``end``, of the same ``each``: the caller
+        checks), as it was planned: its tasks and the results of those already done (None for the
+        others, which are not waited for: at idle priority they may wait long on a busy machine).
+        Otherwise None. No task is started after this (those running finish, their results unused)."""
         self._cancel.set()
         planned = self.planned
-        if each is not self.each or not _same(start, self.start) or planned is None or not _same(end, planned[0]):
+        if not _same(start, self.start) or planned is None or not _same(end, planned[0]):
             return None
         with self._lock:
             return planned[1], [self._done.get(i) for i in range(len(planned[1]))]
@@ -622,7 +623,7 @@ class DriverReader:
         taken = None
         if self._ahead is not None and each is self._ahead.each:  # another function's pass leaves it be
             ahead, self._ahead = self._ahead, None
-            taken = ahead.take(each, start, end)
+            taken = ahead.take(start, end)
         if taken is not None:
             parts, outs = taken
             self.taken_ahead += 1
@@ -631,7 +632,7 @@ class DriverReader:
             parts = self._stream.partitions(start, end)
             outs = [None] * len(parts)
         todo = [i for i, o in enumerate(outs) if o is None]
-        if len(todo) < 2 or _size(parts[i] for i in todo) < POOL_BYTES:
+        if not _large([parts[i] for i in todo], POOL_BYTES):
             for i in todo:
                 outs[i] = _map_task(self.opts, parts[i], each)
         else:
@@ -639,7 +640,7 @@ class DriverReader:
 
             for i, out in zip(todo, pool().map(_map_task, [(self.opts, parts[i], each) for i in todo])):
                 outs[i] = out
-        if len(parts) >= 2 and _size(parts) >= POOL_BYTES:  # a backlog's batch, most likely
+        if _large(parts, POOL_BYTES):  # a backlog's batch, most likely
             self._read_ahead(each, end)
         return [out for task in outs for out in task]
 
