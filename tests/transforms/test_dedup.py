@@ -198,6 +198,7 @@ def test_the_drivers_keys_are_sparks_on_both_paths(spark, tmp_path):
                                         for n in KEY_PARTS], names=list(KEY_PARTS))
     for native in (True, False):
         got = arrow_keys(batch, native=native)
+        got.validate(full=True)  # offsets monotonic and within their data
         assert list(zip(got.column("dedupKey").to_pylist(), got.column("keyHash").to_pylist())) == want, native
     # A slice (an Arrow offset into its buffers) reads the right rows.
     assert arrow_keys(batch.slice(3, 4), native=True).column("dedupKey").to_pylist() == [k for k, _ in want[3:7]]
